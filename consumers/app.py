@@ -1,0 +1,166 @@
+"""Run several workloads in one process on one event loop, sharing one permit pool per name.
+
+    ConsumerApp(workloads).run()   start sources and runners → wait for a stop request,
+                                   a failed source, or idleness → stop every source
+                                   (drain, final commit, close) → summary
+
+Signals (when installed): the first SIGINT/SIGTERM asks for a graceful stop; a second one exits
+at once. Exiting at once loses nothing: only completed records were ever committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from consumers.clock import Clock, RealClock
+from consumers.errors import LanehouseError
+from consumers.invoke import Handler
+from consumers.permits import LocalPermitPool, PermitPool
+from consumers.runner import RunnerSettings, WorkloadRunner
+from consumers.source import ConsumerFactory, SourceThread
+from consumers.workers import first_of
+
+log = logging.getLogger("lanehouse.app")
+
+DEFAULT_POOL_SIZE = 1000
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Everything the app needs to run one workload, independent of how it was declared."""
+
+    settings: RunnerSettings
+    handler: Handler
+    topics: list[str]
+    consumer_factory: ConsumerFactory
+    pool: str = "default"
+
+
+@dataclass
+class WorkloadSummary:
+    name: str
+    counters: dict[str, int]
+    seconds: float
+    committed: dict[str, int] = field(default_factory=dict)
+
+
+class ConsumerApp:
+    """One process, many workloads, one permit pool per pool name."""
+
+    def __init__(
+        self,
+        workloads: list[Workload],
+        pool_sizes: dict[str, int] | None = None,
+        clock: Clock | None = None,
+        pool_factory: Callable[[str, int], PermitPool] = LocalPermitPool,
+    ) -> None:
+        names = [w.settings.name for w in workloads]
+        if len(set(names)) != len(names):
+            raise LanehouseError(f"workload names must be unique in one process: {names}")
+        self.workloads = workloads
+        self.clock = clock or RealClock()
+        sizes = pool_sizes or {}
+        self.pools: dict[str, PermitPool] = {
+            name: pool_factory(name, sizes.get(name, DEFAULT_POOL_SIZE))
+            for name in sorted({w.pool for w in workloads})
+        }
+        self.runners: dict[str, WorkloadRunner] = {}
+        self.sources: dict[str, SourceThread] = {}
+        self._stop: asyncio.Event | None = None
+        self._signals = 0
+
+    def request_stop(self) -> None:
+        """Ask for a graceful stop (safe from the loop thread only)."""
+        if self._stop is not None:
+            self._stop.set()
+
+    async def run(
+        self, until_idle: float | None = None, install_signal_handlers: bool = False
+    ) -> list[WorkloadSummary]:
+        loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        if install_signal_handlers:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, self._on_signal)
+        started = self.clock.now()
+        for workload in self.workloads:
+            self._start(workload, loop)
+        failure: BaseException | None = None
+        try:
+            waits = [self._stop.wait(), *(s.failed for s in self.sources.values())]
+            if until_idle is not None:
+                waits.append(self._until_idle(until_idle))
+            await first_of(*waits)
+            for source in self.sources.values():
+                if source.failed.done() and source.failed.exception() is not None:
+                    failure = source.failed.exception()
+        finally:
+            await asyncio.gather(*(s.stop() for s in self.sources.values()))
+            for runner in self.runners.values():
+                runner.close()
+            if install_signal_handlers:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)
+        if failure is not None:
+            raise failure
+        seconds = self.clock.now() - started
+        return [self._summary(name, seconds) for name in self.runners]
+
+    def _start(self, workload: Workload, loop: asyncio.AbstractEventLoop) -> None:
+        name = workload.settings.name
+        source = SourceThread(
+            name,
+            workload.topics,
+            workload.consumer_factory,
+            loop,
+            drain_timeout=workload.settings.drain_timeout,
+        )
+        runner = WorkloadRunner(
+            workload.settings, workload.handler, self.pools[workload.pool], source, self.clock
+        )
+        source.attach(runner)
+        self.sources[name] = source
+        self.runners[name] = runner
+        runner.start()
+        source.start()
+
+    async def _until_idle(self, idle: float) -> None:
+        """Return once every workload is assigned, has nothing to do, and got no record for
+        ``idle`` seconds (a paused partition or a running handler is not idleness)."""
+        tick = min(idle / 4, 0.25)
+        busy_seen = self.clock.now()
+        while True:
+            await self.clock.sleep(tick)
+            runners = self.runners.values()
+            if not all(r.parts for r in runners) or any(r.busy for r in runners):
+                busy_seen = self.clock.now()
+                continue
+            newest = max(busy_seen, *(r.last_ingest for r in runners))
+            if self.clock.now() - newest >= idle:
+                return
+
+    def _on_signal(self) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            log.warning("stop requested: draining in-flight records, then committing")
+            self.request_stop()
+        else:
+            print("second signal: exiting now (nothing unfinished was committed)", file=sys.stderr)
+            os._exit(130)
+
+    def _summary(self, name: str, seconds: float) -> WorkloadSummary:
+        runner = self.runners[name]
+        counters = runner.counters.snapshot()
+        source = self.sources[name]
+        counters.update(
+            commits=source.commits,
+            commit_failures=source.commit_failures,
+            rebalances=source.rebalances,
+        )
+        return WorkloadSummary(name=name, counters=counters, seconds=seconds)

@@ -1,0 +1,1 @@
+"""Broker backends behind one client contract (see ``consumers.source.ConsumerLike``)."""

@@ -1,0 +1,317 @@
+"""An in-memory broker with the Kafka offset contract, for fast tests of engine logic.
+
+It mimics the subset of ``confluent_kafka.Consumer`` the engine uses (see
+``consumers.source.ConsumerLike``): subscribe with rebalance callbacks, batched ``consume``,
+pause/resume, commits *with metadata* (which Tansu drops), ``committed``, cached watermarks.
+Groups rebalance eagerly: every member revokes before anyone gets the new assignment, like
+Kafka's range assignor. It is thread-safe: one lock, one condition for waiting consumers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import xxhash
+from confluent_kafka import TopicPartition
+
+OFFSET_INVALID = -1001
+
+
+@dataclass
+class _Entry:
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]] | None
+    timestamp: int
+
+
+class MemoryMessage:
+    """Looks like ``confluent_kafka.Message`` to the engine."""
+
+    __slots__ = ("_entry", "_offset", "_partition", "_topic")
+
+    def __init__(self, topic: str, partition: int, offset: int, entry: _Entry) -> None:
+        self._topic = topic
+        self._partition = partition
+        self._offset = offset
+        self._entry = entry
+
+    def error(self) -> None:
+        return None
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._entry.key
+
+    def value(self) -> bytes | None:
+        return self._entry.value
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return self._entry.headers
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, self._entry.timestamp)
+
+
+@dataclass
+class _Group:
+    generation: int = 0
+    members: list[MemoryConsumer] = field(default_factory=list)
+    committed: dict[tuple[str, int], tuple[int, str]] = field(default_factory=dict)
+    assigned_generation: int = -1
+
+
+class MemoryBroker:
+    """Topics as lists of entries per partition, groups with committed offsets."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._topics: dict[str, list[list[_Entry]]] = {}
+        self._groups: dict[str, _Group] = {}
+        self._round_robin = 0
+
+    def create_topic(self, topic: str, partitions: int = 1) -> None:
+        with self._lock:
+            self._topics.setdefault(topic, [[] for _ in range(partitions)])
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+        offset_gap: int = 0,
+    ) -> tuple[int, int]:
+        """Append a record; ``offset_gap`` leaves holes as compaction or markers would."""
+        with self._lock:
+            logs = self._topics[topic]
+            if partition is None:
+                if key is None:
+                    self._round_robin += 1
+                    partition = self._round_robin % len(logs)
+                else:
+                    partition = xxhash.xxh32_intdigest(key) % len(logs)
+            log = logs[partition]
+            for _ in range(offset_gap):
+                log.append(_Entry(None, None, None, -1))  # a hole: never delivered
+            log.append(_Entry(key, value, headers, int(time.time() * 1000)))
+            self._lock.notify_all()
+            return partition, len(log) - 1
+
+    def end_offsets(self, topic: str) -> list[int]:
+        with self._lock:
+            return [len(log) for log in self._topics[topic]]
+
+    def committed_offsets(self, group: str, topic: str) -> list[int | None]:
+        with self._lock:
+            g = self._groups.get(group, _Group())
+            return [
+                g.committed.get((topic, p), (None, ""))[0]
+                for p in range(len(self._topics[topic]))
+            ]
+
+    def consumer(
+        self, group: str, on_commit: Callable[[Any, list[TopicPartition]], None] | None = None
+    ) -> MemoryConsumer:
+        return MemoryConsumer(self, group, on_commit)
+
+    # --------------------------------------------------------------- group internals
+
+    def _group(self, name: str) -> _Group:
+        return self._groups.setdefault(name, _Group())
+
+    def _rebalance(self, group: _Group) -> None:
+        group.generation += 1
+        self._lock.notify_all()
+
+
+class MemoryConsumer:
+    """One group member; see the module docstring for what it models."""
+
+    def __init__(
+        self,
+        broker: MemoryBroker,
+        group: str,
+        on_commit: Callable[[Any, list[TopicPartition]], None] | None,
+    ) -> None:
+        self._broker = broker
+        self._group_name = group
+        self._on_commit = on_commit
+        self._topics: list[str] = []
+        self._callbacks: dict[str, Callable[..., None]] = {}
+        self._generation = -1
+        self._assignment: list[tuple[str, int]] | None = None
+        self._positions: dict[tuple[str, int], int] = {}
+        self._paused: set[tuple[str, int]] = set()
+        self._pending_commit_callbacks: list[list[TopicPartition]] = []
+        self._closed = False
+
+    def subscribe(self, topics: list[str], **callbacks: Any) -> None:
+        b = self._broker
+        with b._lock:
+            self._topics = list(topics)
+            self._callbacks = {k: v for k, v in callbacks.items() if v is not None}
+            group = b._group(self._group_name)
+            group.members.append(self)
+            b._rebalance(group)
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[MemoryMessage]:
+        self._check_open()
+        for offsets in self._take_commit_callbacks():
+            if self._on_commit is not None:
+                self._on_commit(None, offsets)
+        self._maybe_rebalance()
+        b = self._broker
+        deadline = time.monotonic() + (timeout if timeout >= 0 else 3600)
+        with b._lock:
+            while True:
+                out = self._fetch(num_messages)
+                group = b._group(self._group_name)
+                if out or self._generation != group.generation:
+                    return out
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return []
+                b._lock.wait(remaining)
+
+    def _fetch(self, limit: int) -> list[MemoryMessage]:
+        out: list[MemoryMessage] = []
+        for tp in self._assignment or []:
+            if tp in self._paused:
+                continue
+            log = self._broker._topics[tp[0]][tp[1]]
+            pos = self._positions[tp]
+            while pos < len(log) and len(out) < limit:
+                entry = log[pos]
+                if entry.timestamp != -1:
+                    out.append(MemoryMessage(tp[0], tp[1], pos, entry))
+                pos += 1
+            self._positions[tp] = pos
+        return out
+
+    def _maybe_rebalance(self) -> None:
+        b = self._broker
+        with b._lock:
+            group = b._group(self._group_name)
+            stale = self._generation != group.generation
+            revoked = self._assignment if stale else None
+            if stale:
+                self._assignment = None
+                self._generation = group.generation
+        if revoked:
+            self._call("on_revoke", revoked)
+        with b._lock:
+            group = b._group(self._group_name)
+            if self._assignment is not None or self._generation != group.generation:
+                return
+            if any(m._generation != group.generation for m in group.members):
+                return  # wait until every member has revoked
+            mine = self._range_assignment(group)
+            self._assignment = mine
+            self._paused.clear()
+            for tp in mine:
+                self._positions[tp] = max(group.committed.get(tp, (0, ""))[0], 0)
+        self._call("on_assign", mine)
+
+    def _range_assignment(self, group: _Group) -> list[tuple[str, int]]:
+        members = group.members
+        index = members.index(self)
+        mine = []
+        for topic in sorted(self._topics):
+            count = len(self._broker._topics[topic])
+            per, extra = divmod(count, len(members))
+            start = index * per + min(index, extra)
+            mine += [(topic, p) for p in range(start, start + per + (1 if index < extra else 0))]
+        return mine
+
+    def _call(self, name: str, parts: list[tuple[str, int]]) -> None:
+        callback = self._callbacks.get(name)
+        if callback is not None:
+            callback(self, [TopicPartition(t, p, OFFSET_INVALID) for t, p in parts])
+
+    def commit(self, *, offsets: list[TopicPartition], asynchronous: bool = True) -> Any:
+        self._check_open()
+        b = self._broker
+        with b._lock:
+            group = b._group(self._group_name)
+            owned = set(self._assignment or [])
+            for tp in offsets:
+                if (tp.topic, tp.partition) not in owned:
+                    raise _kafka_exception(f"{tp.topic}[{tp.partition}] is not assigned")
+            for tp in offsets:
+                group.committed[(tp.topic, tp.partition)] = (tp.offset, tp.metadata or "")
+            if asynchronous:
+                self._pending_commit_callbacks.append(list(offsets))
+                return None
+        return list(offsets)
+
+    def committed(self, partitions: list[TopicPartition], timeout: float = -1) -> Any:
+        with self._broker._lock:
+            group = self._broker._group(self._group_name)
+            out = []
+            for tp in partitions:
+                offset, metadata = group.committed.get((tp.topic, tp.partition), (-1001, ""))
+                out.append(_topic_partition(tp.topic, tp.partition, offset, metadata))
+            return out
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        with self._broker._lock:
+            self._paused.update((tp.topic, tp.partition) for tp in partitions)
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        with self._broker._lock:
+            self._paused.difference_update((tp.topic, tp.partition) for tp in partitions)
+            self._broker._lock.notify_all()
+
+    def assignment(self) -> list[TopicPartition]:
+        return [TopicPartition(t, p) for t, p in self._assignment or []]
+
+    def get_watermark_offsets(self, partition: TopicPartition, **_: Any) -> tuple[int, int]:
+        with self._broker._lock:
+            return 0, len(self._broker._topics[partition.topic][partition.partition])
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        if self._assignment:
+            self._call("on_revoke", self._assignment)
+        b = self._broker
+        with b._lock:
+            group = b._group(self._group_name)
+            group.members.remove(self)
+            self._closed = True
+            b._rebalance(group)
+
+    def _take_commit_callbacks(self) -> list[list[TopicPartition]]:
+        with self._broker._lock:
+            pending, self._pending_commit_callbacks = self._pending_commit_callbacks, []
+            return pending
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+
+
+def _kafka_exception(reason: str) -> Exception:
+    from confluent_kafka import KafkaError, KafkaException
+
+    return KafkaException(KafkaError(KafkaError.ILLEGAL_GENERATION, reason))
+
+
+def _topic_partition(topic: str, partition: int, offset: int, metadata: str) -> TopicPartition:
+    if metadata:
+        return TopicPartition(topic, partition, offset, metadata)
+    return TopicPartition(topic, partition, offset)

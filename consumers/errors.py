@@ -1,0 +1,65 @@
+"""One error tree for Lanehouse.
+
+    LanehouseError
+    ├── SpecError            a workload spec is invalid (file, field, reason)
+    ├── HandlerError         user handler code failed (wraps the original exception)
+    │   └── HandlerTimeout   the handler ran past the workload's timeout
+    ├── BrokerError          the broker or client reported an error the engine cannot absorb
+    └── EngineError          an engine invariant was broken (a bug, never a user error)
+
+Retry and dead-letter logic acts on ``HandlerError`` only, so engine failures are never mistaken
+for a bad record.
+"""
+
+from __future__ import annotations
+
+
+class LanehouseError(Exception):
+    """Root of every error Lanehouse raises on purpose."""
+
+
+class SpecError(LanehouseError, ValueError):
+    """A workload spec is invalid; the message names the file and the field."""
+
+    def __init__(self, file: str, field: str, reason: str) -> None:
+        self.file = file
+        self.field = field
+        self.reason = reason
+        where = f"{file}: {field}" if field else file
+        super().__init__(f"{where}: {reason}")
+
+
+class HandlerError(LanehouseError):
+    """A user handler raised; carries where the record came from."""
+
+    def __init__(
+        self,
+        workload: str,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        reason: str,
+    ) -> None:
+        self.workload = workload
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.key = key
+        self.reason = reason
+        super().__init__(
+            f"workload {workload!r}: handler failed on {topic}[{partition}]@{offset} "
+            f"key={key!r}: {reason}"
+        )
+
+
+class HandlerTimeout(HandlerError):
+    """The handler ran past the workload's ``timeout`` and was cancelled."""
+
+
+class BrokerError(LanehouseError):
+    """The broker or its client failed in a way the engine cannot absorb."""
+
+
+class EngineError(LanehouseError):
+    """An engine invariant was broken; always a bug worth reporting."""

@@ -1,0 +1,77 @@
+"""The record a handler receives, and the protocol of the client messages it is built from."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from consumers.partition import PartitionState
+
+
+class MessageLike(Protocol):
+    """What the engine reads from a client message (``confluent_kafka.Message`` and the
+    in-memory backend's message both fit), so unit tests can use small stubs."""
+
+    def error(self) -> Any: ...
+    def topic(self) -> str | None: ...
+    def partition(self) -> int | None: ...
+    def offset(self) -> int | None: ...
+    def key(self) -> bytes | None: ...
+    def value(self) -> bytes | None: ...
+    def headers(self) -> list[tuple[str, bytes]] | None: ...
+    def timestamp(self) -> tuple[int, int]: ...
+
+
+class Record:
+    """One consumed record. Plain slots, no properties: it is built once per message on the hot
+    path. ``value`` is the raw bytes (``None`` for a tombstone); :meth:`json` decodes it."""
+
+    __slots__ = (
+        "_done",
+        "_part",
+        "headers",
+        "key",
+        "offset",
+        "partition",
+        "timestamp",
+        "topic",
+        "value",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None = None,
+        timestamp: int = 0,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.key = key
+        self.value = value
+        self.headers = headers
+        self.timestamp = timestamp
+        self._done = False
+        self._part: PartitionState | None = None
+
+    def json(self) -> Any:
+        """Decode the value as JSON (``None`` for a tombstone or an empty value)."""
+        if not self.value:
+            return None
+        return json.loads(self.value)
+
+    def header(self, name: str) -> bytes | None:
+        """The last header called ``name``, or ``None``."""
+        found = None
+        for key, value in self.headers or ():
+            if key == name:
+                found = value
+        return found
+
+    def __repr__(self) -> str:
+        return f"Record({self.topic}[{self.partition}]@{self.offset} key={self.key!r})"

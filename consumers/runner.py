@@ -1,0 +1,425 @@
+"""The workload runner: records in, lanes, permits, handler calls, completions, commit positions.
+
+Lifecycle (all on the event-loop thread):
+
+    assign(parts) → ingest(messages)* → [revoke(keys)]* → drain() → final positions
+
+``ingest`` files each record into its partition's commit tracker and its lane. Lanes with work
+wait in one ready queue; *workers* (tasks that each hold one permit) pop a lane, run its head
+record and put the lane back if more records wait. A worker keeps its permit while there is work
+unless the pool says the permit is owed to a workload further below its fair share, so tasks are
+not created per record. The runner never talks to the broker: it asks its :class:`SourceControl`
+to commit, pause and resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from consumers.clock import Clock
+from consumers.errors import HandlerError, HandlerTimeout
+from consumers.invoke import Handler, SyncInvoker, is_async_handler
+from consumers.lanes import Lane, Ordering, lane_router
+from consumers.partition import PartitionState
+from consumers.permits import PermitPool
+from consumers.record import MessageLike, Record
+from consumers.tracker import encode_done
+from consumers.workers import Worker, WorkloadCounters, first_of, wait_for
+
+log = logging.getLogger("lanehouse.engine")
+
+#: (topic, partition, offset, metadata) ready to commit.
+CommitOffset = tuple[str, int, int, str]
+PartitionKey = tuple[str, int]
+
+
+class SourceControl(Protocol):
+    """What a runner asks of the thread that owns the client."""
+
+    def commit(self, offsets: list[CommitOffset], asynchronous: bool) -> None: ...
+    def pause(self, parts: list[PartitionKey]) -> None: ...
+    def resume(self, parts: list[PartitionKey]) -> None: ...
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    name: str
+    ordering: Ordering = "key"
+    virtual_partitions: int = 0
+    concurrency: int = 100
+    weight: float = 1.0
+    timeout: float = 30.0
+    max_buffered: int = 10_000
+    commit_interval: float = 1.0
+    commit_every: int = 10_000
+    drain_timeout: float = 30.0
+
+
+class WorkloadRunner:
+    """Runs one workload's records through lanes and permits; see the module docstring."""
+
+    def __init__(
+        self,
+        settings: RunnerSettings,
+        handler: Handler,
+        pool: PermitPool,
+        control: SourceControl,
+        clock: Clock,
+    ) -> None:
+        self.settings = settings
+        self.counters = WorkloadCounters()
+        self.parts: dict[PartitionKey, PartitionState] = {}
+        self._handler = handler
+        self._sync = None if is_async_handler(handler) else SyncInvoker(
+            handler, settings.concurrency, f"lh-{settings.name}"
+        )
+        self._pool = pool
+        self._permits = pool.register(
+            settings.name, settings.weight, settings.concurrency, self._on_grant
+        )
+        self._control = control
+        self._clock = clock
+        self._route = lane_router(settings.ordering, settings.virtual_partitions)
+        self._ordered = settings.ordering != "none"
+        self._ready: deque[Lane] = deque()
+        self._workers: set[Worker] = set()
+        #: Workers spawned that have not picked their first lane yet.
+        self._starting = 0
+        self._intake_open = True
+        self._stopping = False
+        self._progress = asyncio.Event()
+        self._commit_now = asyncio.Event()
+        self._since_commit = 0
+        self._last_commit: dict[PartitionKey, tuple[int, str]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.last_ingest = clock.now()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Start the commit timer and the timeout watchdog on the running loop."""
+        self._tasks.append(asyncio.ensure_future(self._commit_timer()))
+        self._tasks.append(asyncio.ensure_future(self._watchdog()))
+
+    def assign(self, parts: Iterable[PartitionState]) -> None:
+        self.last_ingest = self._clock.now()  # idleness counts from the assignment
+        for part in parts:
+            self.parts[(part.topic, part.partition)] = part
+
+    async def revoke(self, keys: Sequence[PartitionKey]) -> list[CommitOffset]:
+        """Stop intake of ``keys``, drain their in-flight records, return what to commit.
+
+        Queued records that never started are dropped (the next owner reads them again);
+        completions arriving after this returns are ignored.
+        """
+        parts = [self.parts[k] for k in keys if k in self.parts]
+        for part in parts:
+            part.closing = True
+            part.lanes.clear()
+        drained = await wait_for(
+            self._clock,
+            self._progress,
+            lambda: all(p.in_flight == 0 for p in parts),
+            self.settings.drain_timeout,
+        )
+        if not drained:
+            stuck = sum(p.in_flight for p in parts)
+            log.warning(
+                "workload %s: %d records still running after %.1fs drain on revoke; their "
+                "partitions are committed below them and the late results dropped",
+                self.settings.name, stuck, self.settings.drain_timeout,
+            )
+        offsets = self._positions(parts, only_changed=False)
+        for part in parts:
+            part.revoked = True
+            self.counters.dropped_on_revoke += len(part.tracker.drop_all())
+            del self.parts[(part.topic, part.partition)]
+            self._last_commit.pop((part.topic, part.partition), None)
+        return offsets
+
+    async def drain(self) -> list[CommitOffset]:
+        """Stop intake and new work, wait for in-flight records, return final positions."""
+        self._intake_open = False
+        self._stopping = True
+        drained = await wait_for(
+            self._clock, self._progress, lambda: not self._workers, self.settings.drain_timeout
+        )
+        if not drained:
+            log.warning(
+                "workload %s: %d records still running after the %.1fs drain deadline; "
+                "committing below them",
+                self.settings.name, len(self._workers), self.settings.drain_timeout,
+            )
+        for task in self._tasks:
+            task.cancel()
+        return self._positions(list(self.parts.values()), only_changed=False)
+
+    def close(self) -> None:
+        for worker in list(self._workers):
+            worker.task.cancel()
+        if self._sync is not None:
+            self._sync.close()
+        if not self._permits.held:
+            self._pool.unregister(self._permits)
+
+    # ------------------------------------------------------------------ intake
+
+    def ingest(self, messages: list[MessageLike]) -> None:
+        """File a batch of client messages into trackers and lanes (the hot path)."""
+        if not self._intake_open:
+            return
+        now = self._clock.now()
+        self.last_ingest = now
+        parts = self.parts
+        route = self._route
+        ordered = self._ordered
+        ready = self._ready
+        counters = self.counters
+        part: PartitionState | None = None
+        limit = self.settings.max_buffered
+        for msg in messages:
+            if msg.error() is not None:
+                counters.client_errors += 1
+                log.warning("workload %s: client error: %s", self.settings.name, msg.error())
+                continue
+            topic = msg.topic()
+            partition = msg.partition()
+            if part is None or part.partition != partition or part.topic != topic:
+                part = parts.get((topic, partition))  # type: ignore[arg-type]
+            if part is None or part.closing:
+                counters.dropped_unassigned += 1
+                continue
+            rec = Record(
+                part.topic,
+                part.partition,
+                msg.offset(),  # type: ignore[arg-type]
+                msg.key(),
+                msg.value(),
+                msg.headers(),
+                msg.timestamp()[1],
+            )
+            rec._part = part
+            part.tracker.deliver(rec, now)
+            counters.consumed += 1
+            if part.skip and rec.offset in part.skip:
+                part.skip.discard(rec.offset)
+                counters.skipped += 1
+                self._finish(rec, part, now)
+                continue
+            lane_id = route(rec.key)
+            lane = part.lanes.get(lane_id)
+            if lane is None:
+                lane = part.lanes[lane_id] = Lane(lane_id, part, ordered)
+            lane.queue.append(rec)
+            if not lane.ready and not lane.busy:
+                lane.ready = True
+                ready.append(lane)
+            if not part.paused and len(part.tracker) >= limit:
+                part.paused = True
+                self._control.pause([(part.topic, part.partition)])
+        self._start_workers()
+
+    # ------------------------------------------------------------------ workers
+
+    def _runnable(self) -> int:
+        if self._ordered:
+            return len(self._ready)
+        return sum(len(lane.queue) for lane in self._ready)
+
+    def _start_workers(self) -> None:
+        if self._stopping:
+            return
+        want = self._runnable() - self._starting
+        while want > 0 and self._pool.try_acquire(self._permits):
+            self._spawn()
+            want -= 1
+        if want > 0:
+            self._pool.wait(self._permits)
+
+    def _on_grant(self) -> bool:
+        if self._stopping or self._runnable() <= self._starting:
+            return False
+        self._spawn()
+        return True
+
+    def _spawn(self) -> None:
+        worker = Worker()
+        self._workers.add(worker)
+        self._starting += 1
+        worker.task = asyncio.ensure_future(self._work(worker))
+
+    async def _work(self, worker: Worker) -> None:
+        ready = self._ready
+        clock = self._clock
+        self._starting -= 1
+        try:
+            while ready and not self._stopping:
+                lane = ready.popleft()
+                part = lane.part
+                if part.closing:
+                    lane.ready = False
+                    continue
+                rec = lane.queue.popleft()
+                if lane.ordered:
+                    lane.busy = True
+                    lane.ready = False
+                elif lane.queue:
+                    ready.appendleft(lane)
+                else:
+                    lane.ready = False
+                    del part.lanes[lane.lane_id]
+                part.in_flight += 1
+                worker.record = rec
+                worker.started = clock.now()
+                ok = await self._call(worker, rec)
+                worker.record = None
+                part.in_flight -= 1
+                if part.revoked:
+                    self.counters.late_completions += 1
+                elif ok:
+                    self._finish(rec, part, clock.now())
+                if lane.ordered:
+                    lane.busy = False
+                    if lane.queue and not part.closing:
+                        lane.ready = True
+                        ready.append(lane)
+                    elif not lane.queue and part.lanes.get(lane.lane_id) is lane:
+                        del part.lanes[lane.lane_id]
+                self._progress.set()
+                if self._pool.should_yield(self._permits):
+                    break
+        finally:
+            self._workers.discard(worker)
+            self._progress.set()
+            self._pool.release(self._permits)
+            if ready and not self._stopping:
+                self._start_workers()
+
+    async def _call(self, worker: Worker, rec: Record) -> bool:
+        """Run the handler on ``rec``; True when it succeeded."""
+        sync = self._sync
+        pending = None
+        try:
+            if sync is None:
+                await self._handler(rec)
+            else:
+                pending = sync.submit(rec)
+                await asyncio.wrap_future(pending)
+        except asyncio.CancelledError:
+            if not worker.timed_out:
+                raise
+            worker.clear_timeout()
+            self._fail(rec, HandlerTimeout(*self._where(rec), f"timed out after "
+                                           f"{self.settings.timeout:g}s"))
+            if pending is not None:
+                worker.record = None
+                await sync.finish_abandoned(pending)  # type: ignore[union-attr]
+            return False
+        except Exception as exc:
+            if worker.timed_out:
+                worker.clear_timeout()
+            self._fail(rec, HandlerError(*self._where(rec), f"{type(exc).__name__}: {exc}"),
+                       exc)
+            return False
+        if worker.timed_out:  # the handler swallowed the cancellation and returned
+            worker.clear_timeout()
+        return True
+
+    def _where(self, rec: Record) -> tuple[str, str, int, int, bytes | None]:
+        return (self.settings.name, rec.topic, rec.partition, rec.offset, rec.key)
+
+    def _fail(self, rec: Record, error: HandlerError, cause: BaseException | None = None) -> None:
+        """A failed record stays incomplete: its partition is never committed past it."""
+        self.counters.failed += 1
+        if isinstance(error, HandlerTimeout):
+            self.counters.timeouts += 1
+        log.warning("%s", error, exc_info=cause)
+
+    def _finish(self, rec: Record, part: PartitionState, now: float) -> None:
+        advanced = part.tracker.complete(rec, now)
+        self.counters.completed += 1
+        if advanced:
+            self._since_commit += advanced
+            if self._since_commit >= self.settings.commit_every:
+                self._commit_now.set()
+            if part.paused and len(part.tracker) <= self.settings.max_buffered // 2:
+                part.paused = False
+                self._control.resume([(part.topic, part.partition)])
+
+    # ------------------------------------------------------------------ timers and commits
+
+    async def _watchdog(self) -> None:
+        """Cancel handler calls that run past the timeout (checked a few times per timeout)."""
+        timeout = self.settings.timeout
+        tick = min(max(timeout / 8, 0.001), 0.5)
+        while True:
+            await self._clock.sleep(tick)
+            now = self._clock.now()
+            for worker in list(self._workers):
+                if worker.record is not None and not worker.timed_out:
+                    if now - worker.started >= timeout:
+                        worker.timed_out = True
+                        worker.task.cancel()
+
+    async def _commit_timer(self) -> None:
+        while True:
+            await first_of(self._commit_now.wait(), self._clock.sleep(self.settings.commit_interval))
+            self._commit_now.clear()
+            self.commit(asynchronous=True)
+
+    def commit(self, asynchronous: bool) -> None:
+        """Send the positions that moved since the last commit to the source."""
+        offsets = self._positions(list(self.parts.values()), only_changed=True)
+        self._since_commit = 0
+        if offsets:
+            self._control.commit(offsets, asynchronous)
+
+    def _positions(
+        self, parts: list[PartitionState], only_changed: bool
+    ) -> list[CommitOffset]:
+        offsets: list[CommitOffset] = []
+        for part in parts:
+            position = part.tracker.position
+            if position is None:
+                continue
+            done = part.tracker.done_above()
+            metadata = encode_done(position, done) if done else ""
+            key = (part.topic, part.partition)
+            if only_changed and self._last_commit.get(key) == (position, metadata):
+                continue
+            self._last_commit[key] = (position, metadata)
+            part.tracker.committed = position
+            offsets.append((part.topic, part.partition, position, metadata))
+        return offsets
+
+    # ------------------------------------------------------------------ introspection
+
+    @property
+    def in_flight(self) -> int:
+        return sum(1 for w in self._workers if w.record is not None)
+
+    @property
+    def busy(self) -> bool:
+        """Work is running, waiting for a permit, or held back by a paused partition."""
+        return bool(self._workers or self._ready) or any(p.paused for p in self.parts.values())
+
+    @property
+    def permits_held(self) -> int:
+        return self._permits.held
+
+    @property
+    def waiting_lanes(self) -> int:
+        return len(self._ready)
+
+    @property
+    def abandoned_threads(self) -> int:
+        return self._sync.abandoned if self._sync is not None else 0
+
+    def partitions(self) -> list[PartitionState]:
+        return list(self.parts.values())
+

@@ -1,0 +1,268 @@
+"""The workload spec: one YAML file per workload, validated before any record is read.
+
+This is a public contract (reference: ``docs/configuration.md``). Loading goes
+read YAML -> interpolate ``${VAR}`` -> validate (frozen pydantic models, unknown fields rejected)
+-> import the handler; every failure is a :class:`~consumers.errors.SpecError` naming the file
+and the dotted field path. Secret client properties are ``SecretStr``: masked in ``repr``,
+``str`` and ``model_dump(mode="json")``; only :meth:`WorkloadSpec.client_config` reveals them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from consumers.config_utils import (
+    HandlerImportError,
+    first_error,
+    import_callable,
+    interpolate,
+    parse_duration,
+    read_yaml_mapping,
+    spec_files,
+)
+from consumers.errors import SpecError
+
+__all__ = [
+    "PermitSpec",
+    "SourceSpec",
+    "WorkloadSpec",
+    "is_secret_key",
+    "load_spec",
+    "load_specs",
+    "resolve_handler",
+    "spec_hash",
+]
+
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+_HANDLER = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+_SECRET_MARKERS = ("password", "secret", "sasl.oauthbearer")
+_RESERVED_KEYS = {
+    "enable.auto.commit": "the engine commits an offset only once its record's outcome is durable; auto-commit would commit records still in flight and lose them on a crash",
+    "enable.auto.offset.store": "the engine stores offsets itself from its contiguous completed watermark; automatic storing would skip records still in flight",
+    "group.id": "set source.group instead (default 'lanehouse.<name>')",
+    "bootstrap.servers": "set source.bootstrap_servers instead",
+}
+
+
+def _check_name(value: str) -> str:
+    if not _NAME.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not allowed: use 1-64 characters of lowercase letters, digits, '_' and '-', "
+            "starting with a letter or digit (it becomes part of file paths, consumer group ids and tags)"
+        )
+    return value
+
+
+def _check_handler(value: str) -> str:
+    if not _HANDLER.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not an import path: use 'package.module:callable', e.g. 'my_package.handlers:enrich'"
+        )
+    return value
+
+
+Name = Annotated[str, AfterValidator(_check_name)]
+HandlerPath = Annotated[str, AfterValidator(_check_handler)]
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+ConfigValue = str | int | float | bool | SecretStr
+
+
+def is_secret_key(key: str) -> bool:
+    """True for client properties whose value must never be printed (passwords, secrets, tokens)."""
+    lowered = key.lower()
+    return any(marker in lowered for marker in _SECRET_MARKERS)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+
+class PermitSpec(_Frozen):
+    """Where the workload takes its permits from and how much of the pool it may claim."""
+
+    pool: Name = "default"
+    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+
+
+class SourceSpec(_Frozen):
+    """The broker, topics and consumer group a workload reads from."""
+
+    kind: Literal["kafka", "pulsar"]
+    bootstrap_servers: str = Field(min_length=1)
+    topics: tuple[str, ...]
+    group: str = Field(min_length=1)
+    config: dict[str, ConfigValue] = Field(default_factory=dict)
+
+    @field_validator("topics")
+    @classmethod
+    def _check_topics(cls, topics: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        if not topics:
+            raise ValueError("at least one topic is required")
+        if len(set(topics)) != len(topics):
+            raise ValueError("a topic is listed more than once")
+        if info.data.get("kind") == "kafka":
+            for topic in topics:
+                if not _TOPIC.fullmatch(topic) or topic in (".", ".."):
+                    raise ValueError(
+                        f"{topic!r} is not a valid Kafka topic name: use 1-249 of a-z A-Z 0-9 . _ - (not '.' or '..')"
+                    )
+        return topics
+
+    @field_validator("config", mode="before")
+    @classmethod
+    def _check_config(cls, config: Any) -> Any:
+        if not isinstance(config, dict):
+            return config  # pydantic reports the type error
+        for key, value in config.items():
+            if not isinstance(key, str) or not key:
+                raise ValueError(f"property names must be non-empty strings, got {key!r}")
+            if key in _RESERVED_KEYS:
+                raise ValueError(
+                    f"{key!r} is owned by the engine and cannot be set: {_RESERVED_KEYS[key]}"
+                )
+            if not isinstance(value, str | int | float | bool | SecretStr):
+                raise ValueError(f"value of {key!r} must be a string, number or boolean")
+        return config
+
+    @field_validator("config")
+    @classmethod
+    def _mask_secrets(cls, config: dict[str, ConfigValue]) -> dict[str, ConfigValue]:
+        return {
+            key: SecretStr(str(value))
+            if is_secret_key(key) and not isinstance(value, SecretStr)
+            else value
+            for key, value in config.items()
+        }
+
+
+class WorkloadSpec(_Frozen):
+    """One workload: what to read, which handler runs, and how the engine schedules it."""
+
+    name: Name
+    source: SourceSpec
+    handler: HandlerPath
+    ordering: Literal["key", "partition", "none"] = "key"
+    virtual_partitions: int = Field(default=0, ge=0)
+    concurrency: int = Field(default=100, ge=1)
+    permits: PermitSpec = PermitSpec()
+    timeout: Duration = Field(default=30.0, gt=0)
+    enabled: bool = True
+    max_buffered: int = Field(default=10_000, ge=1)
+    commit_interval: Duration = Field(default=1.0, gt=0)
+    drain_timeout: Duration = Field(default=30.0, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_group(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("name"), str):
+            source = data.get("source")
+            if isinstance(source, dict) and source.get("group") is None:
+                return {**data, "source": {**source, "group": f"lanehouse.{data['name']}"}}
+        return data
+
+    @field_validator("virtual_partitions")
+    @classmethod
+    def _check_virtual_partitions(cls, value: int, info: ValidationInfo) -> int:
+        ordering = info.data.get("ordering")
+        if value > 0 and ordering is not None and ordering != "key":
+            raise ValueError(
+                f"virtual_partitions > 0 needs ordering: key (got ordering: {ordering}); use 0 to disable"
+            )
+        return value
+
+    def client_config(self) -> dict[str, str | int | float | bool]:
+        """The librdkafka properties for this workload, secrets revealed: give them only to the client."""
+        config: dict[str, str | int | float | bool] = {
+            key: value.get_secret_value() if isinstance(value, SecretStr) else value
+            for key, value in self.source.config.items()
+        }
+        config.update(
+            {
+                "bootstrap.servers": self.source.bootstrap_servers,
+                "group.id": self.source.group,
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+            }
+        )
+        return config
+
+
+def spec_hash(spec: WorkloadSpec) -> str:
+    """A stable 16-hex-digit digest of the validated spec; a secret enters only as its sha256."""
+    data = spec.model_dump(mode="json")
+    for key, value in spec.source.config.items():
+        if isinstance(value, SecretStr):
+            digest = hashlib.sha256(value.get_secret_value().encode()).hexdigest()
+            data["source"]["config"][key] = {"secret_sha256": digest}
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def resolve_handler(spec: WorkloadSpec, *, file: str | None = None) -> Callable[..., object]:
+    """Import and return the spec's handler (cached per import path); SpecError on failure."""
+    try:
+        return import_callable(spec.handler)
+    except HandlerImportError as exc:
+        raise SpecError(file or f"workload {spec.name!r}", "handler", str(exc)) from exc.__cause__
+
+
+def load_spec(
+    path: str | os.PathLike[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    import_handler: bool = True,
+) -> WorkloadSpec:
+    """Read, interpolate and validate one spec file, then (by default) import its handler."""
+    file = os.fspath(path)
+    data = interpolate(read_yaml_mapping(file), os.environ if env is None else env, file)
+    try:
+        spec = WorkloadSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(file, *first_error(exc, WorkloadSpec)) from exc
+    if spec.source.kind == "pulsar":
+        reason = "pulsar sources are not supported yet; use kind: kafka"
+        raise SpecError(file, "source.kind", reason)
+    if import_handler:
+        resolve_handler(spec, file=file)
+    return spec
+
+
+def load_specs(
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    env: Mapping[str, str] | None = None,
+    import_handler: bool = True,
+) -> list[WorkloadSpec]:
+    """Load several spec files (a directory means its ``*.yaml``/``*.yml``); names must be unique."""
+    specs: list[WorkloadSpec] = []
+    seen: dict[str, str] = {}
+    for path in spec_files(paths):
+        spec = load_spec(path, env=env, import_handler=import_handler)
+        if spec.name in seen:
+            raise SpecError(
+                str(path),
+                "name",
+                f"workload name {spec.name!r} is already used by {seen[spec.name]}",
+            )
+        seen[spec.name] = str(path)
+        specs.append(spec)
+    return specs
