@@ -120,6 +120,8 @@ class ConsumerApp:
             workload.consumer_factory,
             loop,
             drain_timeout=workload.settings.drain_timeout,
+            # Smaller buffers mean smaller polls, so a pause overshoots by little.
+            batch_size=min(5000, workload.settings.max_buffered),
         )
         runner = WorkloadRunner(
             workload.settings, workload.handler, self.pools[workload.pool], source, self.clock

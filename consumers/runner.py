@@ -404,6 +404,11 @@ class WorkloadRunner:
         return sum(1 for w in self._workers if w.record is not None)
 
     @property
+    def stopping(self) -> bool:
+        """Drain has begun: no new record will start."""
+        return self._stopping
+
+    @property
     def busy(self) -> bool:
         """Work is running, waiting for a permit, or held back by a paused partition."""
         return bool(self._workers or self._ready) or any(p.paused for p in self.parts.values())

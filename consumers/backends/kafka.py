@@ -36,3 +36,55 @@ def kafka_consumer_factory(config: Mapping[str, Any]) -> ConsumerFactory:
         return consumer
 
     return build
+
+
+def committed_offsets(
+    bootstrap: str, group: str, topic: str, partitions: int, timeout: float = 10.0
+) -> dict[int, int]:
+    """The group's committed position per partition (``-1001`` where nothing is committed)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        return {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=timeout)}
+    finally:
+        consumer.close()
+
+
+def log_end_offsets(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> dict[int, int]:
+    """Per-partition log end, found by reading each partition to its end.
+
+    Broker-side watermark queries are wrong on Tansu (see docs/operations.md); the offsets of
+    the records actually stored are not, and the consumer's *cached* high watermark comes with
+    every fetch.
+    """
+    import time
+
+    from confluent_kafka import OFFSET_BEGINNING
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "lanehouse.log-end-probe",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    ends = {p: 0 for p in range(partitions)}
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        at_eof: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while len(at_eof) < partitions:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic} to its end took over {timeout:.0f}s")
+            for msg in consumer.consume(10_000, 0.5):
+                err = msg.error()
+                if err is None:
+                    ends[msg.partition()] = max(ends[msg.partition()], msg.offset() + 1)
+                elif err.code() == err._PARTITION_EOF:
+                    at_eof.add(msg.partition())
+                    ends[msg.partition()] = max(ends[msg.partition()], msg.offset())
+        return ends
+    finally:
+        consumer.close()

@@ -1,0 +1,360 @@
+"""Engine throughput bench against one embedded Tansu broker.
+
+    PYTHONPATH=. .venv/bin/python bench/engine.py [--records N] [--rows a,b] [--repeat K] [--out F]
+
+Per row: a fresh 4-partition topic with 1,000 keys (``produce_sample``), then the contender in
+its own child process (``--child ROW``) so peak RSS and CPU time are its own. Rates come from
+the handler's timestamps (first call -> last completion), so the group join and the idle wait
+at the end are excluded. Every engine row checks per-key order (seq = last + 1, never two
+records of one key at once), that every record was handled, and that the committed offset of
+every partition equals its log end; any failure makes the bench exit non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import importlib.util
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+from confluent_kafka import Consumer, TopicPartition
+
+from consumers.app import ConsumerApp, Workload
+from consumers.backends.kafka import CONSUMER_DEFAULTS, ENGINE_OWNED, kafka_consumer_factory
+from consumers.embedded.tansu import start_tansu
+from consumers.record import Record
+from consumers.runner import RunnerSettings
+from consumers.sample import produce_sample
+
+ROOT = Path(__file__).resolve().parent.parent
+PARTITIONS, KEYS, SLEEP = 4, 1000, 0.020
+CLIENT = {
+    **CONSUMER_DEFAULTS,
+    "fetch.wait.max.ms": 10,
+    "session.timeout.ms": 2000,
+    "heartbeat.interval.ms": 500,
+}
+HAS_UVLOOP = importlib.util.find_spec("uvloop") is not None
+
+
+@dataclass(frozen=True)
+class Row:
+    kind: str  # raw | noop | sleep | json
+    concurrency: int = 1000
+    records: int = 200_000
+    uvloop: bool = False
+
+
+ROWS = {
+    "raw_consume": Row("raw"),
+    "noop_key": Row("noop"),
+    "noop_key_uvloop": Row("noop", uvloop=True),
+    "sleep20_c300": Row("sleep", 300, 100_000),
+    "sleep20_c1000": Row("sleep", 1000, 200_000),
+    "json": Row("json"),
+}
+
+
+# ---------------------------------------------------------------------------- child side
+
+
+class Check:
+    """Counts completions (a timestamp every 1,000 and at the last), per-key order, log ends."""
+
+    def __init__(self, records: int) -> None:
+        self.records, self.done, self.stamped = records, 0, 0
+        self.stamps: list[tuple[int, float]] = []
+        self.t0 = self.t1 = self.cpu0 = self.cpu1 = 0.0
+        self.last: dict[bytes | None, int] = {}
+        self.active: set[bytes | None] = set()
+        self.high: dict[int, int] = {}
+        self.violations = 0
+        self.sink: Any = None  # the json row's output, so the transform is not dead code
+
+    def start_clock(self) -> None:
+        self.t0, self.cpu0 = time.perf_counter(), time.process_time()
+
+    def tick(self, n: int) -> None:
+        self.done += n
+        if self.done - self.stamped >= 1000 or self.done >= self.records:
+            self.stamped = self.done
+            self.stamps.append((self.done, time.perf_counter()))
+            if self.done >= self.records:
+                self.t1, self.cpu1 = time.perf_counter(), time.process_time()
+
+    def begin(self, rec: Record, seq: int) -> None:
+        if not self.t0:
+            self.start_clock()
+        key = rec.key
+        if key in self.active or seq != self.last.get(key, -1) + 1:
+            self.violations += 1
+        self.active.add(key)
+        self.last[key] = seq
+
+    def end(self, rec: Record) -> None:
+        self.active.discard(rec.key)
+        if rec.offset >= self.high.get(rec.partition, 0):
+            self.high[rec.partition] = rec.offset + 1
+        self.tick(1)
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "done": self.done,
+            "stamps": self.stamps,
+            "window_s": self.t1 - self.t0,
+            "window_cpu_s": self.cpu1 - self.cpu0,
+            "high": self.high,
+            "violations": self.violations,
+            "busiest_key": max(self.last.values(), default=-1) + 1,
+        }
+
+
+def seq_of(value: bytes) -> int:
+    """``seq`` from a produce_sample value without a full JSON parse."""
+    i = value.index(b'"seq":') + 6
+    return int(value[i : value.index(b",", i)])
+
+
+def make_handler(kind: str, check: Check) -> Any:
+    begin, end = check.begin, check.end
+
+    async def noop(rec: Record) -> None:
+        begin(rec, seq_of(rec.value))  # type: ignore[arg-type]
+        end(rec)
+
+    async def sleep(rec: Record) -> None:
+        begin(rec, seq_of(rec.value))  # type: ignore[arg-type]
+        await asyncio.sleep(SLEEP)
+        end(rec)
+
+    async def transform(rec: Record) -> None:
+        data = json.loads(rec.value)  # type: ignore[arg-type]
+        begin(rec, data["seq"])
+        check.sink = {"key": data["key"].upper(), "seq": data["seq"] + 1}
+        end(rec)
+
+    return {"noop": noop, "sleep": sleep, "json": transform}[kind]
+
+
+def run_raw(args: argparse.Namespace) -> dict[str, Any]:
+    config = {**CLIENT, **ENGINE_OWNED, "bootstrap.servers": args.bootstrap, "group.id": args.group}
+    consumer = Consumer(config)
+    consumer.subscribe([args.topic])
+    check, high = Check(args.records), {}
+    deadline = time.monotonic() + args.timeout
+    while check.done < args.records and time.monotonic() < deadline:
+        messages = consumer.consume(num_messages=5000, timeout=0.1)
+        if not messages:
+            continue
+        if not check.t0:
+            check.start_clock()
+        n = 0
+        for msg in messages:
+            if msg.error() is None:
+                high[msg.partition()] = msg.offset() + 1  # offsets rise within a partition
+                n += 1
+        check.tick(n)
+    consumer.close()
+    check.high = high
+    return check.result()
+
+
+def run_engine(row: Row, args: argparse.Namespace) -> dict[str, Any]:
+    check = Check(args.records)
+    settings = RunnerSettings(name="bench", ordering="key", concurrency=row.concurrency)
+    factory = kafka_consumer_factory(
+        {**CLIENT, "bootstrap.servers": args.bootstrap, "group.id": args.group}
+    )
+    workload = Workload(settings, make_handler(row.kind, check), [args.topic], factory)
+
+    async def main() -> Any:
+        app = ConsumerApp([workload], pool_sizes={"default": row.concurrency})
+        return await app.run(until_idle=1.0)
+
+    if row.uvloop:
+        import uvloop
+
+        summaries = uvloop.run(main())
+    else:
+        summaries = asyncio.run(main())
+    return {**check.result(), "counters": summaries[0].counters}
+
+
+def child(args: argparse.Namespace) -> None:
+    row = ROWS[args.child]
+    result = run_raw(args) if row.kind == "raw" else run_engine(row, args)
+    result["cpu_total_s"] = time.process_time()
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(result))
+
+
+# ---------------------------------------------------------------------------- parent side
+
+
+def rate_between(stamps: list[list[float]], lo: float, hi: float) -> float | None:
+    """Records per second between the stamps where ``lo`` and ``hi`` records were done."""
+    a, b = (next((s for s in stamps if s[0] >= n), None) for n in (lo, hi))
+    return (b[0] - a[0]) / (b[1] - a[1]) if a and b and b[1] > a[1] else None
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        tps = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in tps}
+
+
+def run_row(name: str, records: int, bootstrap: str, timeout: float) -> dict[str, Any]:
+    row = ROWS[name]
+    topic = f"bench-{name}-{uuid.uuid4().hex[:8]}"
+    group = f"{topic}-group"
+    produce_sample(bootstrap, topic, records, KEYS, partitions=PARTITIONS)
+    cmd = [sys.executable, "-m", "bench.engine", "--child", name, "--bootstrap", bootstrap]
+    cmd += [
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--records",
+        str(records),
+        "--timeout",
+        str(timeout),
+    ]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT, timeout=timeout + 60)
+    if proc.returncode != 0:
+        return {"row": name, "records": records, "errors": [f"child exited {proc.returncode}"]}
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    high = {int(p): off for p, off in res["high"].items()}
+    out: dict[str, Any] = {"row": name, "records": records, "errors": []}
+    if res["done"] != records:
+        out["errors"].append(f"handled {res['done']} of {records} records")
+    window = res["window_s"]
+    out["msg_s"] = res["done"] / window if window > 0 else None
+    out["msg_s_10_90"] = rate_between(res["stamps"], 0.1 * records, 0.9 * records)
+    out["bound"] = out["efficiency"] = None
+    if row.kind == "sleep" and res["busiest_key"] > 0:
+        out["busiest_key"] = res["busiest_key"]
+        out["bound"] = min(row.concurrency / SLEEP, records / (res["busiest_key"] * SLEEP))
+        out["efficiency"] = out["msg_s"] / out["bound"] if out["msg_s"] else None
+    out["cpu_us_per_record"] = res["window_cpu_s"] / max(res["done"], 1) * 1e6
+    out.update(cpu_total_s=res["cpu_total_s"], peak_rss_mb=res["peak_rss_mb"])
+    out["order_ok"] = out["committed_ok"] = None
+    if row.kind != "raw":
+        out["order_ok"] = res["violations"] == 0
+        if not out["order_ok"]:
+            out["errors"].append(f"{res['violations']} per-key order violations")
+        committed = committed_offsets(bootstrap, group, topic)
+        out["committed_ok"] = len(high) == PARTITIONS and committed == high
+        if not out["committed_ok"]:
+            out["errors"].append(f"committed {committed} != log end {high}")
+        counters = res["counters"]
+        if counters.get("failed") or counters.get("commit_failures"):
+            out["errors"].append(f"engine counters: {counters}")
+        out["counters"] = counters
+    return out
+
+
+def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    out = dict(runs[-1])
+    for key, value in runs[0].items():
+        values = [r.get(key) for r in runs]
+        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            out[key] = statistics.median(values)
+        elif isinstance(value, bool):
+            out[key] = all(values)
+    out["errors"] = [e for r in runs for e in r["errors"]]
+    if len(runs) > 1:
+        out["runs"] = len(runs)
+        out["msg_s_each"] = [r.get("msg_s") for r in runs]
+    return out
+
+
+def fmt(value: Any, spec: str) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "**NO**"
+    return "n/a" if value is None else format(value, spec)
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    cols = [
+        ("row", "row", "s"), ("records", "records", ","), ("msg/s", "msg_s", ",.0f"),
+        ("msg/s 10-90", "msg_s_10_90", ",.0f"), ("bound", "bound", ",.0f"),
+        ("efficiency", "efficiency", ".2f"), ("cpu µs/record", "cpu_us_per_record", ".1f"),
+        ("peak RSS MB", "peak_rss_mb", ".0f"), ("order ok", "order_ok", ""),
+        ("committed ok", "committed_ok", ""),
+    ]  # fmt: skip
+    lines = ["| " + " | ".join(c[0] for c in cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        lines.append("| " + " | ".join(fmt(r.get(key), spec) for _, key, spec in cols) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, help="records per row (default: per row)")
+    parser.add_argument("--rows", help=f"comma-separated subset of {','.join(ROWS)}")
+    parser.add_argument("--repeat", type=int, default=1, help="interleaved runs; median reported")
+    parser.add_argument("--out", type=Path, help="also write the JSON here")
+    parser.add_argument("--timeout", type=float, default=300.0, help="per child, seconds")
+    parser.add_argument("--child", choices=list(ROWS), help=argparse.SUPPRESS)
+    for internal in ("--bootstrap", "--topic", "--group"):  # parent -> child only
+        parser.add_argument(internal, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return 0
+    names = args.rows.split(",") if args.rows else list(ROWS)
+    unknown = [n for n in names if n not in ROWS]
+    if unknown:
+        parser.error(f"unknown rows {unknown}; choose from {list(ROWS)}")
+    names = [n for n in names if HAS_UVLOOP or not ROWS[n].uvloop]
+    machine = {
+        "nproc": os.cpu_count(),
+        "python": platform.python_version(),
+        "confluent_kafka": confluent_kafka.__version__,
+        "librdkafka": confluent_kafka.libversion()[0],
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "loadavg_at_start": os.getloadavg(),
+    }
+    runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    with start_tansu() as broker:
+        for rep in range(args.repeat):
+            for name in names:
+                if not broker.alive():
+                    raise SystemExit(f"Tansu died:\n{broker.log_tail()}")
+                records = args.records or ROWS[name].records
+                print(f"[{rep + 1}/{args.repeat}] {name}: {records:,} records", file=sys.stderr)
+                result = run_row(name, records, broker.bootstrap, args.timeout)
+                for error in result["errors"]:
+                    print(f"!!! CORRECTNESS FAILURE in {name}: {error}", file=sys.stderr)
+                runs[name].append(result)
+    rows = [median_row(runs[n]) for n in names]
+    report = {"machine": machine, "rows": rows}
+    print(table(rows), file=sys.stderr)
+    print(json.dumps(report, indent=2))
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    failed = [r["row"] for r in rows if r["errors"]]
+    if failed:
+        print(f"!!! CORRECTNESS FAILURES in {failed}: see 'errors' in the JSON", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

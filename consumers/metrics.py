@@ -1,0 +1,153 @@
+"""Metrics: the engine keeps plain integers; this collector turns them into Prometheus families
+at scrape time, so the hot path never touches a metrics library.
+
+Served by ``prometheus_client``'s HTTP server (``lanehouse consume --metrics-port``). The
+collector reads engine state from the server thread; values are ints read under the GIL, and a
+scrape racing a rebalance simply retries once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Literal
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+if TYPE_CHECKING:
+    from consumers.app import ConsumerApp
+
+CounterName = Literal[
+    "consumed",
+    "completed",
+    "failed",
+    "timeouts",
+    "skipped",
+    "dropped_on_revoke",
+    "late_completions",
+]
+COUNTERS: dict[CounterName, str] = {
+    "consumed": "Records received from the broker.",
+    "completed": "Records whose handling finished successfully.",
+    "failed": "Handler calls that raised or timed out (the record stays uncommitted).",
+    "timeouts": "Handler calls cancelled or abandoned after the workload timeout.",
+    "skipped": "Records skipped on restart because commit metadata said they were done.",
+    "dropped_on_revoke": "Queued records dropped on revoke (the next owner reads them again).",
+    "late_completions": "Completions ignored because their partition was already revoked.",
+}
+
+#: Longest key rendered into the ``key`` label of the watermark pin.
+KEY_LABEL_MAX = 64
+
+
+def key_label(key: bytes | None) -> str:
+    """Printable, bounded rendering of a record key for a label."""
+    if key is None:
+        return ""
+    text = key.decode("utf-8", "backslashreplace")
+    return text if len(text) <= KEY_LABEL_MAX else text[: KEY_LABEL_MAX - 1] + "…"
+
+
+class EngineCollector(Collector):
+    """Reads a :class:`ConsumerApp` at scrape time."""
+
+    def __init__(self, app: ConsumerApp) -> None:
+        self._app = app
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            families = self._families()
+        except (RuntimeError, IndexError):  # state changed under us; one retry is enough
+            families = self._families()
+        yield from families
+
+    def _families(self) -> list[Metric]:
+        app = self._app
+        now = app.clock.now()
+        wl = ["workload"]
+        part_labels = ["workload", "topic", "partition"]
+        counters = {
+            name: CounterMetricFamily(f"lanehouse_records_{name}", doc, labels=wl)
+            for name, doc in COUNTERS.items()
+        }
+        commits = CounterMetricFamily("lanehouse_commits", "Commits the broker confirmed.", labels=wl)
+        commit_failures = CounterMetricFamily(
+            "lanehouse_commit_failures", "Commits that failed (replays later, no loss).", labels=wl
+        )
+        rebalances = CounterMetricFamily("lanehouse_rebalances", "Assignments received.", labels=wl)
+        in_flight = GaugeMetricFamily("lanehouse_in_flight", "Handler calls running.", labels=wl)
+        held = GaugeMetricFamily("lanehouse_permits_held", "Permits held.", labels=wl)
+        waiting = GaugeMetricFamily(
+            "lanehouse_lanes_waiting", "Lanes with work waiting for a permit.", labels=wl
+        )
+        abandoned = GaugeMetricFamily(
+            "lanehouse_abandoned_threads", "Timed-out sync handler calls still running.", labels=wl
+        )
+        lag = GaugeMetricFamily(
+            "lanehouse_partition_lag",
+            "Log end (client-cached) minus the commit position.",
+            labels=part_labels,
+        )
+        buffered = GaugeMetricFamily(
+            "lanehouse_partition_buffered",
+            "Delivered records not yet below the commit position.",
+            labels=part_labels,
+        )
+        pinned = GaugeMetricFamily(
+            "lanehouse_watermark_pinned_seconds",
+            "How long the record at the commit position has held the watermark.",
+            labels=[*part_labels, "offset", "key"],
+        )
+        pool_size = GaugeMetricFamily("lanehouse_pool_size", "Permits in the pool.", labels=["pool"])
+        pool_free = GaugeMetricFamily("lanehouse_pool_free", "Free permits.", labels=["pool"])
+        for name, runner in list(app.runners.items()):
+            snap = runner.counters.snapshot()
+            for counter, family in counters.items():
+                family.add_metric([name], snap[counter])
+            source = app.sources[name]
+            commits.add_metric([name], source.commits)
+            commit_failures.add_metric([name], source.commit_failures)
+            rebalances.add_metric([name], source.rebalances)
+            in_flight.add_metric([name], runner.in_flight)
+            held.add_metric([name], runner.permits_held)
+            waiting.add_metric([name], runner.waiting_lanes)
+            abandoned.add_metric([name], runner.abandoned_threads)
+            for part in runner.partitions():
+                labels = [name, part.topic, str(part.partition)]
+                tracker = part.tracker
+                buffered.add_metric(labels, len(tracker))
+                position = tracker.position
+                if part.high_watermark is not None and position is not None:
+                    lag.add_metric(labels, max(part.high_watermark - position, 0))
+                head = tracker.head
+                if head is not None:
+                    pin = [*labels, str(head.offset), key_label(head.key)]
+                    pinned.add_metric(pin, max(now - tracker.pinned_since, 0.0))
+        for pool_name, pool in app.pools.items():
+            pool_size.add_metric([pool_name], getattr(pool, "size", 0))
+            pool_free.add_metric([pool_name], getattr(pool, "free", 0))
+        return [
+            *counters.values(),
+            commits,
+            commit_failures,
+            rebalances,
+            in_flight,
+            held,
+            waiting,
+            abandoned,
+            lag,
+            buffered,
+            pinned,
+            pool_size,
+            pool_free,
+        ]
+
+
+def serve_metrics(app: ConsumerApp, port: int, addr: str = "127.0.0.1") -> object:
+    """Expose ``/metrics`` for ``app``; returns the server (call ``shutdown()`` to stop it)."""
+    from prometheus_client import start_http_server
+
+    registry = CollectorRegistry()
+    registry.register(EngineCollector(app))
+    server, _thread = start_http_server(port, addr=addr, registry=registry)
+    return server

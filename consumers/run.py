@@ -1,0 +1,75 @@
+"""From validated workload specs to a running :class:`ConsumerApp` (the CLI and Dagster use this)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from consumers.app import ConsumerApp, Workload, WorkloadSummary
+from consumers.backends.kafka import kafka_consumer_factory
+from consumers.errors import SpecError
+from consumers.metrics import serve_metrics
+from consumers.runner import RunnerSettings
+from consumers.spec import WorkloadSpec, resolve_handler
+
+log = logging.getLogger("lanehouse.run")
+
+
+def settings_from_spec(spec: WorkloadSpec) -> RunnerSettings:
+    return RunnerSettings(
+        name=spec.name,
+        ordering=spec.ordering,
+        virtual_partitions=spec.virtual_partitions,
+        concurrency=spec.concurrency,
+        weight=spec.permits.weight,
+        timeout=spec.timeout,
+        max_buffered=spec.max_buffered,
+        commit_interval=spec.commit_interval,
+        drain_timeout=spec.drain_timeout,
+    )
+
+
+def workload_from_spec(spec: WorkloadSpec) -> Workload:
+    """Bind a spec to its handler and a Kafka client factory (imports the handler)."""
+    if spec.source.kind != "kafka":
+        raise SpecError(f"workload {spec.name!r}", "source.kind", "only kafka is supported yet")
+    return Workload(
+        settings=settings_from_spec(spec),
+        handler=resolve_handler(spec),
+        topics=list(spec.source.topics),
+        consumer_factory=kafka_consumer_factory(spec.client_config()),
+        pool=spec.permits.pool,
+    )
+
+
+def build_app(specs: list[WorkloadSpec], pool_sizes: dict[str, int] | None = None) -> ConsumerApp:
+    """One app for every *enabled* spec; disabled ones are logged and left out."""
+    enabled = []
+    for spec in specs:
+        if spec.enabled:
+            enabled.append(workload_from_spec(spec))
+        else:
+            log.info("workload %s is disabled (enabled: false); not starting it", spec.name)
+    return ConsumerApp(enabled, pool_sizes=pool_sizes)
+
+
+def run_specs(
+    specs: list[WorkloadSpec],
+    *,
+    pool_sizes: dict[str, int] | None = None,
+    until_idle: float | None = None,
+    metrics_port: int | None = None,
+    install_signal_handlers: bool = True,
+) -> list[WorkloadSummary]:
+    """Run the workloads until a signal (graceful), idleness, or a source failure."""
+    app = build_app(specs, pool_sizes)
+    if not app.workloads:
+        return []
+    server = serve_metrics(app, metrics_port) if metrics_port is not None else None
+    try:
+        return asyncio.run(
+            app.run(until_idle=until_idle, install_signal_handlers=install_signal_handlers)
+        )
+    finally:
+        if server is not None:
+            server.shutdown()  # type: ignore[attr-defined]

@@ -1,0 +1,65 @@
+"""Handlers for consumer processes started by the integration tests.
+
+Each handled record becomes one line ``key seq partition offset epoch`` in ``$LH_RECORD_FILE``,
+where ``epoch`` names the partition assignment the record was handled under (records completed
+above a commit position are legitimately replayed after a rebalance, so key order is checked
+per assignment). The
+file is line-buffered, so every line reaches the kernel before the handler returns and survives
+a ``kill -9`` of the process. ``$LH_DELAY`` adds a random latency of up to that many seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from typing import TextIO
+
+from consumers.record import Record
+
+_out: TextIO | None = None
+
+
+def _file() -> TextIO:
+    global _out
+    if _out is None:
+        _out = open(os.environ["LH_RECORD_FILE"], "a", buffering=1)  # noqa: SIM115 - process-long
+    return _out
+
+
+async def record(rec: Record) -> None:
+    delay = float(os.environ.get("LH_DELAY", "0"))
+    if delay:
+        await asyncio.sleep(random.random() * delay)
+    value = rec.json()
+    epoch = id(rec._part)  # a new PartitionState per assignment
+    _file().write(f"{value['key']} {value['seq']} {rec.partition} {rec.offset} {epoch}\n")
+
+
+Row = tuple[str, int, int, int, int]
+
+
+def read_run(path: str) -> list[Row]:
+    """The lines one run wrote (a torn last line from a kill is ignored)."""
+    if not os.path.exists(path):
+        return []
+    rows = []
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 5 and line.endswith("\n"):
+                key, seq, partition, offset, epoch = parts
+                rows.append((key, int(seq), int(partition), int(offset), int(epoch)))
+    return rows
+
+
+def order_violations(rows: list[Row]) -> list[tuple[str, int, int]]:
+    """Within one assignment, each key's sequence numbers must strictly increase."""
+    last: dict[tuple[str, int], int] = {}
+    bad = []
+    for key, seq, _, _, epoch in rows:
+        previous = last.get((key, epoch), -1)
+        if seq <= previous:
+            bad.append((key, previous, seq))
+        last[(key, epoch)] = seq
+    return bad

@@ -1,0 +1,133 @@
+"""Consumer *processes* on a real broker: kill -9 and restart, members leaving and joining.
+
+Each process is ``lanehouse consume`` on a spec whose handler appends ``key seq partition
+offset epoch`` lines to its own file (tests/integration/recording.py). Across runs nothing may
+be missing; within one partition assignment each key's sequence numbers must strictly increase.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from consumers.backends.kafka import committed_offsets, log_end_offsets
+from consumers.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
+from consumers.sample import produce_sample
+from tests.helpers import wait_until
+from tests.integration.recording import order_violations, read_run
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_spec(path: Path, broker: TansuBroker, topic: str, group: str, concurrency: int) -> Path:
+    config = "\n".join(f"    {k}: {v}" for k, v in TEST_CLIENT_CONFIG.items())
+    path.write_text(
+        f"""name: recorder
+source:
+  kind: kafka
+  bootstrap_servers: {broker.bootstrap}
+  topics: [{topic}]
+  group: {group}
+  config:
+{config}
+handler: tests.integration.recording:record
+ordering: key
+concurrency: {concurrency}
+commit_interval: 200ms
+drain_timeout: 10s
+"""
+    )
+    return path
+
+
+def start_consumer(spec: Path, record_file: Path, delay: float, *extra: str) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "LH_RECORD_FILE": str(record_file),
+        "LH_DELAY": str(delay),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "orchestration.cli", "consume", str(spec), *extra],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def lines(path: Path) -> int:
+    return len(read_run(str(path)))
+
+
+def finish(proc: subprocess.Popen[bytes], timeout: float = 120) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    text = out.decode(errors="replace")
+    assert proc.returncode == 0, f"consumer exited {proc.returncode}:\n{text[-3000:]}"
+    return text
+
+
+def assert_complete(runs: list[Path], count: int, keys: int) -> None:
+    rows = [row for run in runs for row in read_run(str(run))]
+    seen = {(key, seq) for key, seq, *_ in rows}
+    per_key = {}
+    for key, seq, *_ in rows:
+        per_key[key] = max(per_key.get(key, -1), seq)
+    assert sum(n + 1 for n in per_key.values()) == count, "some key is missing records"
+    assert len(seen) == count, f"lost records: {count - len(seen)} of {count} never handled"
+    for run in runs:
+        assert order_violations(read_run(str(run))) == [], f"key order broken in {run.name}"
+
+
+def test_kill_9_mid_run_then_restart_loses_nothing(
+    kafka_broker: TansuBroker, topic_factory, tmp_path: Path
+) -> None:
+    topic = topic_factory(4)
+    count, keys = 20_000, 200
+    produce_sample(kafka_broker.bootstrap, topic, count, keys)
+    spec = write_spec(tmp_path / "spec.yaml", kafka_broker, topic, "g-kill", concurrency=50)
+    first, second = tmp_path / "run1.txt", tmp_path / "run2.txt"
+
+    proc = start_consumer(spec, first, 0.01)
+    wait_until(lambda: lines(first) >= 4000, timeout=60, message="first run made progress")
+    proc.kill()  # SIGKILL: no drain, no final commit
+    proc.wait(timeout=10)
+    assert lines(first) < count, "the first run finished before it was killed"
+
+    finish(start_consumer(spec, second, 0.0, "--until-idle", "2"))
+
+    assert_complete([first, second], count, keys)
+    assert committed_offsets(kafka_broker.bootstrap, "g-kill", topic, 4) == log_end_offsets(
+        kafka_broker.bootstrap, topic, 4
+    )
+
+
+def test_member_joining_and_leaving_loses_nothing(
+    kafka_broker: TansuBroker, topic_factory, tmp_path: Path
+) -> None:
+    topic = topic_factory(4)
+    count, keys = 30_000, 300
+    produce_sample(kafka_broker.bootstrap, topic, count, keys)
+    spec = write_spec(tmp_path / "spec.yaml", kafka_broker, topic, "g-group", concurrency=40)
+    run_a, run_b = tmp_path / "a.txt", tmp_path / "b.txt"
+
+    a = start_consumer(spec, run_a, 0.02, "--until-idle", "3")
+    wait_until(lambda: lines(run_a) >= 2000, timeout=60, message="member A made progress")
+    b = start_consumer(spec, run_b, 0.02)
+    wait_until(lambda: lines(run_b) >= 2000, timeout=60, message="member B got partitions")
+    assert lines(run_a) < count - 5000, "A finished too early for the leave to matter"
+    b.send_signal(signal.SIGTERM)  # graceful leave: drain, commit, close
+    finish(b)
+    finish(a)
+
+    assert_complete([run_a, run_b], count, keys)
+    assert committed_offsets(kafka_broker.bootstrap, "g-group", topic, 4) == log_end_offsets(
+        kafka_broker.bootstrap, topic, 4
+    )

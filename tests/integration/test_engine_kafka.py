@@ -1,0 +1,137 @@
+"""The engine in one process against a real broker (Tansu): volume, slow handlers, shared pools,
+odd records."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+
+import pytest
+
+from consumers.app import ConsumerApp, Workload
+from consumers.backends.kafka import committed_offsets, kafka_consumer_factory, log_end_offsets
+from consumers.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
+from consumers.examples import OrderCheck
+from consumers.record import Record
+from consumers.runner import RunnerSettings
+from consumers.sample import produce_sample
+from tests.backends import TansuBackend
+
+pytestmark = pytest.mark.integration
+
+
+def factory(broker: TansuBroker, group: str, **config: object):  # type: ignore[no-untyped-def]
+    return kafka_consumer_factory(
+        {**TEST_CLIENT_CONFIG, "bootstrap.servers": broker.bootstrap, "group.id": group, **config}
+    )
+
+
+def assert_all_committed(broker: TansuBroker, group: str, topic: str, partitions: int) -> None:
+    assert committed_offsets(broker.bootstrap, group, topic, partitions) == log_end_offsets(
+        broker.bootstrap, topic, partitions
+    )
+
+
+async def test_100k_keyed_records_with_random_latency(kafka_broker: TansuBroker, topic_factory) -> None:
+    topic = topic_factory(8)
+    count = 100_000
+    produce_sample(kafka_broker.bootstrap, topic, count, keys=1000)
+    order = OrderCheck()
+    rng = random.Random(11)
+
+    async def handler(rec: Record) -> None:
+        if rng.random() < 0.05:
+            await asyncio.sleep(rng.random() * 0.005)
+        order.observe(rec.key, rec.json()["seq"])
+
+    settings = RunnerSettings(name="volume", concurrency=500, commit_interval=0.2)
+    app = ConsumerApp([Workload(settings, handler, [topic], factory(kafka_broker, "g-volume"))])
+    [summary] = await app.run(until_idle=1.5)
+
+    assert order.violations == []
+    assert order.handled == count == summary.counters["completed"]
+    assert summary.counters["failed"] == 0
+    assert_all_committed(kafka_broker, "g-volume", topic, 8)
+
+
+async def test_handler_slower_than_max_poll_interval_keeps_membership(
+    kafka_broker: TansuBroker, topic_factory
+) -> None:
+    topic = topic_factory(1)
+    produce_sample(kafka_broker.bootstrap, topic, 3, keys=1)
+    handled: list[int] = []
+
+    async def slow(rec: Record) -> None:
+        await asyncio.sleep(3.0)  # each call outlives max.poll.interval.ms below
+        handled.append(rec.offset)
+
+    settings = RunnerSettings(name="slow", ordering="partition", concurrency=1, timeout=10)
+    client = factory(kafka_broker, "g-slow", **{"max.poll.interval.ms": 2500})
+    app = ConsumerApp([Workload(settings, slow, [topic], client)])
+    [summary] = await app.run(until_idle=1.0)
+
+    assert handled == [0, 1, 2], "a record was handled twice: the member was kicked"
+    assert summary.counters["rebalances"] == 1
+    assert_all_committed(kafka_broker, "g-slow", topic, 1)
+
+
+async def test_two_workloads_share_one_pool_by_weight(
+    kafka_broker: TansuBroker, topic_factory
+) -> None:
+    heavy_topic, light_topic = topic_factory(4), topic_factory(4)
+    for topic in (heavy_topic, light_topic):
+        produce_sample(kafka_broker.bootstrap, topic, 4000, keys=400)
+
+    async def handler(rec: Record) -> None:
+        await asyncio.sleep(0.02)
+
+    def workload(name: str, topic: str, weight: float) -> Workload:
+        settings = RunnerSettings(name=name, concurrency=100, weight=weight)
+        return Workload(settings, handler, [topic], factory(kafka_broker, f"g-{name}"), "shared")
+
+    app = ConsumerApp(
+        [workload("heavy", heavy_topic, 3), workload("light", light_topic, 1)],
+        pool_sizes={"shared": 20},
+    )
+    samples: list[tuple[int, int]] = []
+
+    async def sample() -> None:
+        while True:
+            await asyncio.sleep(0.01)
+            runners = app.runners
+            if len(runners) == 2 and all(r.waiting_lanes > 0 for r in runners.values()):
+                samples.append((runners["heavy"].permits_held, runners["light"].permits_held))
+
+    sampler = asyncio.ensure_future(sample())
+    summaries = await app.run(until_idle=1.0)
+    sampler.cancel()
+
+    assert all(s.counters["completed"] == 4000 for s in summaries)
+    assert len(samples) >= 50, "both workloads were never contending at once"
+    assert all(heavy + light <= 20 for heavy, light in samples), "pool size exceeded"
+    heavy = statistics.mean(h for h, _ in samples)
+    light = statistics.mean(lt for _, lt in samples)
+    assert 14 <= heavy <= 16 and 4 <= light <= 6, f"shares {heavy:.1f}/{light:.1f}, want 15/5"
+
+
+async def test_null_key_empty_value_and_5mb_value(kafka_broker: TansuBroker) -> None:
+    backend = TansuBackend(kafka_broker)
+    topic = backend.make_topic(1)
+    big = b'"' + b"x" * (5 * 1024 * 1024) + b'"'  # a 5 MB JSON string
+    backend.produce(topic, [(None, b'{"a": 1}'), (b"k", b""), (b"k", big), (b"k", None)])
+    seen: list[tuple[bytes | None, int | None, object]] = []
+
+    async def handler(rec: Record) -> None:
+        seen.append((rec.key, None if rec.value is None else len(rec.value), rec.json()))
+
+    settings = RunnerSettings(name="odd")
+    app = ConsumerApp([Workload(settings, handler, [topic], backend.factory("g-odd"))])
+    [summary] = await app.run(until_idle=1.0)
+
+    assert summary.counters["failed"] == 0
+    assert seen[0] == (None, 8, {"a": 1})
+    assert seen[1][2] is None and seen[3][2] is None  # empty value and tombstone: no JSON
+    assert seen[2][2] == "x" * (5 * 1024 * 1024)
+    assert [(k, n) for k, n, _ in seen] == [(None, 8), (b"k", 0), (b"k", len(big)), (b"k", None)]
+    assert_all_committed(kafka_broker, "g-odd", topic, 1)
