@@ -18,10 +18,12 @@ Any client with confluent-kafka's ``Consumer`` API works: the real one and the i
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -36,6 +38,8 @@ log = logging.getLogger("lanehouse.source")
 
 #: How many consumed batches may wait for the event loop before polling slows down.
 MAX_HANDOFF_BATCHES = 2
+#: Records ingested per loop callback before timers and handlers get a turn.
+INGEST_SLICE = 1000
 WATERMARK_REFRESH_SECONDS = 1.0
 
 
@@ -82,6 +86,8 @@ class SourceThread:
         self._handed = threading.Event()
         self._posted = 0
         self._ingested = 0
+        self._inbox: deque[tuple[str, Any]] = deque()
+        self._slice_start = 0
         self._intake_open = True
         self._shutting_down = False
         self._closed = False
@@ -148,7 +154,7 @@ class SourceThread:
                 messages = consumer.consume(self._batch_size, self._poll_timeout)
                 if messages and self._intake_open:
                     self._posted += 1
-                    self._loop.call_soon_threadsafe(self._deliver, messages)
+                    self._post(("batch", messages))
                 if time.monotonic() >= next_watermarks:
                     self._refresh_watermarks(consumer)
                     next_watermarks = time.monotonic() + WATERMARK_REFRESH_SECONDS
@@ -160,12 +166,40 @@ class SourceThread:
         finally:
             self._loop.call_soon_threadsafe(_set_result, self.finished)
 
-    def _deliver(self, messages: list[Any]) -> None:
-        """Runs on the loop: ingest one batch, then let the thread poll again."""
-        self._ingested += 1
-        self._handed.set()
-        assert self._runner is not None  # noqa: S101 - set before the thread starts
-        self._runner.ingest(messages)
+    def _post(self, event: tuple[str, Any]) -> None:
+        """Queue an event for the loop. Batches, assignments and revokes share one FIFO so the
+        loop sees them in the order the client produced them."""
+        self._inbox.append(event)
+        self._loop.call_soon_threadsafe(self._pump)
+
+    def _pump(self) -> None:
+        """Runs on the loop: apply queued events in order, at most ``INGEST_SLICE`` records per
+        call, so a large poll never holds up handler timers for long."""
+        runner = self._runner
+        assert runner is not None  # noqa: S101 - set before the thread starts
+        budget = INGEST_SLICE
+        inbox = self._inbox
+        while inbox and budget > 0:
+            kind, payload = inbox[0]
+            if kind == "batch":
+                start = self._slice_start
+                end = start + budget
+                runner.ingest(payload[start:end] if start or end < len(payload) else payload)
+                if end < len(payload):
+                    self._slice_start = end
+                    break
+                budget -= len(payload) - start
+                self._slice_start = 0
+                self._ingested += 1
+                self._handed.set()
+            elif kind == "assign":
+                runner.assign(payload)
+            else:  # revoke
+                keys, result = payload
+                _chain(asyncio.ensure_future(runner.revoke(keys)), result)
+            inbox.popleft()
+        if inbox:
+            self._loop.call_soon(self._pump)
 
     def _run_commands(self, consumer: ConsumerLike) -> None:
         while True:
@@ -251,7 +285,7 @@ class SourceThread:
             "workload %s: assigned %s", self.name, [f"{p.topic}[{p.partition}]" for p in parts]
         )
         assert self._runner is not None  # noqa: S101 - set before the thread starts
-        self._loop.call_soon_threadsafe(self._runner.assign, parts)
+        self._post(("assign", parts))
 
     def _on_revoke(self, consumer: ConsumerLike, partitions: list[TopicPartition]) -> None:
         self._release(consumer, partitions, commit=True)
@@ -270,7 +304,8 @@ class SourceThread:
                 self.assigned.pop(key, None)
             return
         assert self._runner is not None  # noqa: S101 - set before the thread starts
-        future = asyncio.run_coroutine_threadsafe(self._runner.revoke(keys), self._loop)
+        future: concurrent.futures.Future[list[CommitOffset]] = concurrent.futures.Future()
+        self._post(("revoke", (keys, future)))
         try:
             offsets = future.result(timeout=self._drain_timeout + 30)
         except Exception as exc:  # noqa: BLE001 - nothing is committed: replays, not loss
@@ -280,6 +315,20 @@ class SourceThread:
             self._commit(consumer, offsets, asynchronous=False)
         for key in keys:
             self.assigned.pop(key, None)
+
+
+def _chain(task: asyncio.Future[Any], result: concurrent.futures.Future[Any]) -> None:
+    """Copy an asyncio task's outcome into a future the source thread waits on."""
+
+    def copy(done: asyncio.Future[Any]) -> None:
+        if done.cancelled():
+            result.cancel()
+        elif done.exception() is not None:
+            result.set_exception(done.exception())  # type: ignore[arg-type]
+        else:
+            result.set_result(done.result())
+
+    task.add_done_callback(copy)
 
 
 def _set_result(future: asyncio.Future[None]) -> None:
