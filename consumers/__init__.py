@@ -1,0 +1,39 @@
+"""Lanehouse's consumer engine: lanes, permits and a commit engine over Kafka clients.
+
+The public API is what ``__all__`` lists; everything else may change without notice.
+"""
+
+from consumers.app import ConsumerApp, Workload, WorkloadSummary
+from consumers.errors import (
+    BrokerError,
+    EngineError,
+    HandlerError,
+    HandlerTimeout,
+    LanehouseError,
+    SpecError,
+)
+from consumers.permits import LocalPermitPool, PermitPool
+from consumers.record import Record
+from consumers.run import run_specs
+from consumers.runner import RunnerSettings
+from consumers.spec import WorkloadSpec, load_spec, load_specs
+
+__all__ = [
+    "BrokerError",
+    "ConsumerApp",
+    "EngineError",
+    "HandlerError",
+    "HandlerTimeout",
+    "LanehouseError",
+    "LocalPermitPool",
+    "PermitPool",
+    "Record",
+    "RunnerSettings",
+    "SpecError",
+    "Workload",
+    "WorkloadSpec",
+    "WorkloadSummary",
+    "load_spec",
+    "load_specs",
+    "run_specs",
+]
