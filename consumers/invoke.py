@@ -43,7 +43,7 @@ class SyncInvoker:
         self.abandoned += 1
         try:
             await asyncio.wrap_future(pending)
-        except Exception:  # noqa: BLE001 - the record already failed with a timeout
+        except Exception:
             pass
         finally:
             self.abandoned -= 1

@@ -70,7 +70,9 @@ class EngineCollector(Collector):
             name: CounterMetricFamily(f"lanehouse_records_{name}", doc, labels=wl)
             for name, doc in COUNTERS.items()
         }
-        commits = CounterMetricFamily("lanehouse_commits", "Commits the broker confirmed.", labels=wl)
+        commits = CounterMetricFamily(
+            "lanehouse_commits", "Commits the broker confirmed.", labels=wl
+        )
         commit_failures = CounterMetricFamily(
             "lanehouse_commit_failures", "Commits that failed (replays later, no loss).", labels=wl
         )
@@ -98,7 +100,9 @@ class EngineCollector(Collector):
             "How long the record at the commit position has held the watermark.",
             labels=[*part_labels, "offset", "key"],
         )
-        pool_size = GaugeMetricFamily("lanehouse_pool_size", "Permits in the pool.", labels=["pool"])
+        pool_size = GaugeMetricFamily(
+            "lanehouse_pool_size", "Permits in the pool.", labels=["pool"]
+        )
         pool_free = GaugeMetricFamily("lanehouse_pool_free", "Free permits.", labels=["pool"])
         for name, runner in list(app.runners.items()):
             snap = runner.counters.snapshot()

@@ -75,8 +75,10 @@ class WorkloadRunner:
         self.counters = WorkloadCounters()
         self.parts: dict[PartitionKey, PartitionState] = {}
         self._handler = handler
-        self._sync = None if is_async_handler(handler) else SyncInvoker(
-            handler, settings.concurrency, f"lh-{settings.name}"
+        self._sync = (
+            None
+            if is_async_handler(handler)
+            else SyncInvoker(handler, settings.concurrency, f"lh-{settings.name}")
         )
         self._pool = pool
         self._permits = pool.register(
@@ -132,7 +134,9 @@ class WorkloadRunner:
             log.warning(
                 "workload %s: %d records still running after %.1fs drain on revoke; their "
                 "partitions are committed below them and the late results dropped",
-                self.settings.name, stuck, self.settings.drain_timeout,
+                self.settings.name,
+                stuck,
+                self.settings.drain_timeout,
             )
         offsets = self._positions(parts, only_changed=False)
         for part in parts:
@@ -153,7 +157,9 @@ class WorkloadRunner:
             log.warning(
                 "workload %s: %d records still running after the %.1fs drain deadline; "
                 "committing below them",
-                self.settings.name, len(self._workers), self.settings.drain_timeout,
+                self.settings.name,
+                len(self._workers),
+                self.settings.drain_timeout,
             )
         for task in self._tasks:
             task.cancel()
@@ -314,8 +320,10 @@ class WorkloadRunner:
             if not worker.timed_out:
                 raise
             worker.clear_timeout()
-            self._fail(rec, HandlerTimeout(*self._where(rec), f"timed out after "
-                                           f"{self.settings.timeout:g}s"))
+            self._fail(
+                rec,
+                HandlerTimeout(*self._where(rec), f"timed out after {self.settings.timeout:g}s"),
+            )
             if pending is not None:
                 worker.record = None
                 await sync.finish_abandoned(pending)  # type: ignore[union-attr]
@@ -323,8 +331,7 @@ class WorkloadRunner:
         except Exception as exc:
             if worker.timed_out:
                 worker.clear_timeout()
-            self._fail(rec, HandlerError(*self._where(rec), f"{type(exc).__name__}: {exc}"),
-                       exc)
+            self._fail(rec, HandlerError(*self._where(rec), f"{type(exc).__name__}: {exc}"), exc)
             return False
         if worker.timed_out:  # the handler swallowed the cancellation and returned
             worker.clear_timeout()
@@ -361,14 +368,19 @@ class WorkloadRunner:
             await self._clock.sleep(tick)
             now = self._clock.now()
             for worker in list(self._workers):
-                if worker.record is not None and not worker.timed_out:
-                    if now - worker.started >= timeout:
-                        worker.timed_out = True
-                        worker.task.cancel()
+                if (
+                    worker.record is not None
+                    and not worker.timed_out
+                    and now - worker.started >= timeout
+                ):
+                    worker.timed_out = True
+                    worker.task.cancel()
 
     async def _commit_timer(self) -> None:
         while True:
-            await first_of(self._commit_now.wait(), self._clock.sleep(self.settings.commit_interval))
+            await first_of(
+                self._commit_now.wait(), self._clock.sleep(self.settings.commit_interval)
+            )
             self._commit_now.clear()
             self.commit(asynchronous=True)
 
@@ -379,9 +391,7 @@ class WorkloadRunner:
         if offsets:
             self._control.commit(offsets, asynchronous)
 
-    def _positions(
-        self, parts: list[PartitionState], only_changed: bool
-    ) -> list[CommitOffset]:
+    def _positions(self, parts: list[PartitionState], only_changed: bool) -> list[CommitOffset]:
         offsets: list[CommitOffset] = []
         for part in parts:
             position = part.tracker.position
@@ -427,4 +437,3 @@ class WorkloadRunner:
 
     def partitions(self) -> list[PartitionState]:
         return list(self.parts.values())
-

@@ -124,7 +124,7 @@ class SourceThread:
             return
         self._intake_open = False
         self._commands.put(("pause_all", None))
-        assert self._runner is not None  # noqa: S101 - start() checked it
+        assert self._runner is not None
         offsets = await self._runner.drain()
         self._shutting_down = True
         self._commands.put(("close", offsets))
@@ -158,7 +158,7 @@ class SourceThread:
                 if time.monotonic() >= next_watermarks:
                     self._refresh_watermarks(consumer)
                     next_watermarks = time.monotonic() + WATERMARK_REFRESH_SECONDS
-        except BaseException as exc:  # noqa: BLE001 - reported to the loop, which stops the run
+        except BaseException as exc:
             log.exception("workload %s: source thread failed", self.name)
             self._loop.call_soon_threadsafe(_set_exception, self.failed, exc)
             if consumer is not None:
@@ -176,7 +176,7 @@ class SourceThread:
         """Runs on the loop: apply queued events in order, at most ``INGEST_SLICE`` records per
         call, so a large poll never holds up handler timers for long."""
         runner = self._runner
-        assert runner is not None  # noqa: S101 - set before the thread starts
+        assert runner is not None
         budget = INGEST_SLICE
         inbox = self._inbox
         while inbox and budget > 0:
@@ -226,7 +226,9 @@ class SourceThread:
                 self._closed = True
                 return
 
-    def _commit(self, consumer: ConsumerLike, offsets: list[CommitOffset], asynchronous: bool) -> None:
+    def _commit(
+        self, consumer: ConsumerLike, offsets: list[CommitOffset], asynchronous: bool
+    ) -> None:
         tps = [
             TopicPartition(t, p, off, metadata) if metadata else TopicPartition(t, p, off)
             for t, p, off, metadata in offsets
@@ -284,7 +286,7 @@ class SourceThread:
         log.info(
             "workload %s: assigned %s", self.name, [f"{p.topic}[{p.partition}]" for p in parts]
         )
-        assert self._runner is not None  # noqa: S101 - set before the thread starts
+        assert self._runner is not None
         self._post(("assign", parts))
 
     def _on_revoke(self, consumer: ConsumerLike, partitions: list[TopicPartition]) -> None:
@@ -303,12 +305,12 @@ class SourceThread:
             for key in keys:
                 self.assigned.pop(key, None)
             return
-        assert self._runner is not None  # noqa: S101 - set before the thread starts
+        assert self._runner is not None
         future: concurrent.futures.Future[list[CommitOffset]] = concurrent.futures.Future()
         self._post(("revoke", (keys, future)))
         try:
             offsets = future.result(timeout=self._drain_timeout + 30)
-        except Exception as exc:  # noqa: BLE001 - nothing is committed: replays, not loss
+        except Exception as exc:
             log.error("workload %s: revoke drain failed: %s", self.name, exc)
             offsets = []
         if commit and offsets:
@@ -346,5 +348,5 @@ def _set_exception(future: asyncio.Future[None], exc: BaseException) -> None:
 def _close_quietly(consumer: ConsumerLike) -> None:
     try:
         consumer.close()
-    except Exception:  # noqa: BLE001 - already failing; the original error is reported
+    except Exception:
         log.debug("closing a failed consumer raised", exc_info=True)

@@ -64,14 +64,15 @@ async def first_of(*awaitables: Awaitable[Any]) -> None:
 
 
 async def wait_for(
-    clock: Clock, event: asyncio.Event, predicate: Callable[[], bool], timeout: float
+    clock: Clock, event: asyncio.Event, predicate: Callable[[], bool], limit: float
 ) -> bool:
     """Wait until ``predicate()`` holds, re-checking whenever ``event`` is set.
 
-    Returns False if ``timeout`` seconds of ``clock`` time pass first. The event is cleared
+    Returns False if ``limit`` seconds of ``clock`` time pass first (a clock-driven deadline,
+    which ``asyncio.timeout`` cannot be). The event is cleared
     *before* each check, so a set between the check and the wait is never lost.
     """
-    deadline = clock.now() + timeout
+    deadline = clock.now() + limit
     while True:
         event.clear()
         if predicate():

@@ -50,7 +50,9 @@ def committed_offsets(
         consumer.close()
 
 
-def log_end_offsets(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> dict[int, int]:
+def log_end_offsets(
+    bootstrap: str, topic: str, partitions: int, timeout: float = 30.0
+) -> dict[int, int]:
     """Per-partition log end, found by reading each partition to its end.
 
     Broker-side watermark queries are wrong on Tansu (see docs/operations.md); the offsets of

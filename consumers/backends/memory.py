@@ -119,8 +119,7 @@ class MemoryBroker:
         with self._lock:
             g = self._groups.get(group, _Group())
             return [
-                g.committed.get((topic, p), (None, ""))[0]
-                for p in range(len(self._topics[topic]))
+                g.committed.get((topic, p), (None, ""))[0] for p in range(len(self._topics[topic]))
             ]
 
     def consumer(

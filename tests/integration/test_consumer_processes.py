@@ -47,7 +47,9 @@ drain_timeout: 10s
     return path
 
 
-def start_consumer(spec: Path, record_file: Path, delay: float, *extra: str) -> subprocess.Popen[bytes]:
+def start_consumer(
+    spec: Path, record_file: Path, delay: float, *extra: str
+) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO),

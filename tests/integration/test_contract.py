@@ -41,13 +41,13 @@ def keyed_stream(count: int, keys: int, seed: int = 1) -> list[tuple[bytes, byte
     return out
 
 
-async def until(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+async def until(predicate: Callable[[], bool], within: float = 20.0) -> None:
     """Wait for a condition with a deadline, yielding to the loop in between."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+    deadline = loop.time() + within
     while not predicate():
         if loop.time() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
+            raise AssertionError(f"condition not met within {within}s")
         await asyncio.sleep(0.005)
 
 
@@ -232,4 +232,3 @@ def test_duplicate_workload_names_are_rejected() -> None:
     w = workload(backend, topic, "g", handler)
     with pytest.raises(LanehouseError, match="unique"):
         ConsumerApp([w, w])
-

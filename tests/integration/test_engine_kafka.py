@@ -33,7 +33,9 @@ def assert_all_committed(broker: TansuBroker, group: str, topic: str, partitions
     )
 
 
-async def test_100k_keyed_records_with_random_latency(kafka_broker: TansuBroker, topic_factory) -> None:
+async def test_100k_keyed_records_with_random_latency(
+    kafka_broker: TansuBroker, topic_factory
+) -> None:
     topic = topic_factory(8)
     count = 100_000
     produce_sample(kafka_broker.bootstrap, topic, count, keys=1000)

@@ -24,5 +24,5 @@ def test_a_bad_spec_fails_loading_with_file_and_field(tmp_path: Path) -> None:
     from orchestration.definitions import build_definitions
 
     (tmp_path / "bad.yaml").write_text("name: ../x\n")
-    with pytest.raises(SpecError, match="bad.yaml: name"):
+    with pytest.raises(SpecError, match=r"bad\.yaml: name"):
         build_definitions(tmp_path)
