@@ -106,8 +106,8 @@ def encode_done(position: int, done: Iterable[int]) -> str:
     """
     runs: list[tuple[int, int]] = []
     prev = position
-    for offset in sorted(done):
-        if offset <= position - 1:
+    for offset in sorted(set(done)):
+        if offset < position:
             continue
         if runs and offset == prev:
             start, length = runs[-1]

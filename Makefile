@@ -1,0 +1,45 @@
+# One command path for developers and CI: `make test` is what .ci/run executes.
+# The venv is built from nothing by `python3 -m venv`, pinned by constraints.txt, and rebuilt
+# only when pyproject.toml or constraints.txt change (stamp file .venv/.installed).
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: test demo lint bench lock clean venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -c constraints.txt -e '.[dev]'
+	touch $@
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(BIN)/lanehouse demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: $(STAMP)
+	$(BIN)/python bench/engine.py
+
+# Re-resolve every dependency within pyproject.toml's ranges into a fresh venv, then pin it.
+lock:
+	rm -rf .lock-venv
+	$(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install -e '.[dev]'
+	{ echo '# Pinned lock of the whole environment; `make lock` regenerates it'; \
+	  echo '# (pip freeze of a fresh venv after `pip install -e .[dev]`, lanehouse itself left out).'; \
+	  .lock-venv/bin/pip freeze --exclude-editable | grep -iv '^lanehouse[= @]'; } > constraints.txt
+	rm -rf .lock-venv
+
+clean:
+	rm -rf $(VENV) .lock-venv build *.egg-info .pytest_cache .ruff_cache .mypy_cache .lanehouse
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

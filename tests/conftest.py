@@ -1,0 +1,88 @@
+"""Shared fixtures: one Tansu broker per session, fresh topics per test, no silent thread deaths."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import signal
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import FrameType
+
+import pytest
+
+from consumers.embedded.tansu import TansuBroker, create_topic, start_tansu
+
+_TIERS = ("unit", "integration", "e2e")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Turn SIGTERM (``timeout``, CI limits) into KeyboardInterrupt so fixtures tear down and
+    no broker is orphaned; by default SIGTERM ends Python without running finalizers."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests under ``tests/<tier>/`` get the ``<tier>`` marker, so ``-m unit`` just works."""
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        for tier in _TIERS:
+            if tier in parts and not item.get_closest_marker(tier):
+                item.add_marker(getattr(pytest.mark, tier))
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TansuBroker]:
+    """A Tansu broker (memory storage) on a free loopback port, shared by the whole session.
+
+    Its log stays in pytest's temp dir (``--basetemp`` to choose it) for post-mortems.
+    """
+    broker = start_tansu(log_dir=tmp_path_factory.mktemp("tansu"))
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+TopicFactory = Callable[..., str]
+
+
+@pytest.fixture
+def topic_factory(kafka_broker: TansuBroker, request: pytest.FixtureRequest) -> TopicFactory:
+    """``make_topic(partitions=4) -> name``: creates a fresh, uniquely named topic."""
+    slug = re.sub(r"[^a-zA-Z0-9._-]+", "-", request.node.name)[:120].strip("-.") or "test"
+    counter = itertools.count()
+
+    def make_topic(partitions: int = 4) -> str:
+        name = f"{slug}-{next(counter)}-{uuid.uuid4().hex[:8]}"
+        create_topic(kafka_broker.bootstrap, name, partitions)
+        return name
+
+    return make_topic
+
+
+@pytest.fixture(autouse=True)
+def _fail_on_thread_exception() -> Iterator[None]:
+    """Fail the test if any thread died with an uncaught exception while it ran."""
+    deaths: list[str] = []
+    previous = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        name = args.thread.name if args.thread is not None else "<unknown>"
+        deaths.append(f"thread {name!r} died: {args.exc_type.__name__}: {args.exc_value}")
+        previous(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = previous
+    if deaths:
+        pytest.fail("background thread failed during the test:\n" + "\n".join(deaths))
