@@ -200,10 +200,17 @@ class WorkloadRunner:
             if part is None or part.closing:
                 counters.dropped_unassigned += 1
                 continue
+            offset: int = msg.offset()  # type: ignore[assignment]
+            last = part.tracker.last_delivered
+            if last is not None and offset <= last:
+                # The client went back (a seek or an offset reset): this record was delivered
+                # before and is already tracked, so a second copy could only double-count.
+                counters.redelivered += 1
+                continue
             rec = Record(
                 part.topic,
                 part.partition,
-                msg.offset(),  # type: ignore[arg-type]
+                offset,
                 msg.key(),
                 msg.value(),
                 msg.headers(),

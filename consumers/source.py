@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from consumers.errors import BrokerError
+from consumers.errors import BrokerError, EngineError
 from consumers.partition import PartitionState
 from consumers.runner import CommitOffset, PartitionKey, WorkloadRunner
 from consumers.tracker import decode_done
@@ -174,7 +174,19 @@ class SourceThread:
 
     def _pump(self) -> None:
         """Runs on the loop: apply queued events in order, at most ``INGEST_SLICE`` records per
-        call, so a large poll never holds up handler timers for long."""
+        call, so a large poll never holds up handler timers for long.
+
+        An error here is an engine bug; the workload stops loudly rather than stall."""
+        if self.failed.done():
+            return
+        try:
+            self._apply_events()
+        except Exception as exc:
+            log.exception("workload %s: applying client events failed", self.name)
+            self._intake_open = False
+            self.failed.set_exception(EngineError(f"workload {self.name}: {exc!r}"))
+
+    def _apply_events(self) -> None:
         runner = self._runner
         assert runner is not None
         budget = INGEST_SLICE

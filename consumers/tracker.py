@@ -126,8 +126,13 @@ def encode_done(position: int, done: Iterable[int]) -> str:
         runs = runs[: len(runs) * 3 // 4]
 
 
+#: More done offsets than this in metadata means it is not ours: ignore it (replay).
+DECODE_MAX_OFFSETS = 1_000_000
+
+
 def decode_done(position: int, metadata: str | None) -> set[int]:
-    """Inverse of :func:`encode_done`; unknown or damaged metadata decodes to nothing (replay)."""
+    """Inverse of :func:`encode_done`; unknown, damaged or implausibly large metadata decodes
+    to nothing (those records are replayed)."""
     if not metadata or not metadata.startswith(METADATA_PREFIX):
         return set()
     try:
@@ -142,6 +147,8 @@ def decode_done(position: int, metadata: str | None) -> set[int]:
             gap, i = _get_varint(raw, i)
             length, i = _get_varint(raw, i)
             start = cursor + gap
+            if len(done) + length > DECODE_MAX_OFFSETS:
+                return set()
             done.update(range(start, start + length))
             cursor = start + length
     except IndexError:

@@ -44,6 +44,7 @@ class WorkloadCounters:
     commits: int = 0
     commit_failures: int = 0
     rebalances: int = 0
+    redelivered: int = 0
 
     def snapshot(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
