@@ -26,6 +26,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy consumers orchestration spark_jobs
 
 bench: $(STAMP)
 	$(BIN)/python bench/engine.py

@@ -143,10 +143,7 @@ class SourceThread:
                 on_lost=self._on_lost,
             )
             next_watermarks = time.monotonic()
-            while not self._closed:
-                self._run_commands(consumer)
-                if self._closed:
-                    break
+            while not self._run_commands(consumer):
                 if self._posted - self._ingested >= MAX_HANDOFF_BATCHES:
                     self._handed.wait(self._poll_timeout)
                     self._handed.clear()
@@ -213,12 +210,13 @@ class SourceThread:
         if inbox:
             self._loop.call_soon(self._pump)
 
-    def _run_commands(self, consumer: ConsumerLike) -> None:
+    def _run_commands(self, consumer: ConsumerLike) -> bool:
+        """Execute queued commands; True once the client has been closed."""
         while True:
             try:
                 verb, arg = self._commands.get_nowait()
             except queue.Empty:
-                return
+                return self._closed
             if verb == "commit":
                 self._commit(consumer, arg, asynchronous=True)
             elif verb in ("pause", "resume"):
@@ -236,7 +234,7 @@ class SourceThread:
                 self._commit(consumer, arg, asynchronous=False)
                 consumer.close()
                 self._closed = True
-                return
+                return True
 
     def _commit(
         self, consumer: ConsumerLike, offsets: list[CommitOffset], asynchronous: bool
@@ -338,7 +336,7 @@ def _chain(task: asyncio.Future[Any], result: concurrent.futures.Future[Any]) ->
         if done.cancelled():
             result.cancel()
         elif done.exception() is not None:
-            result.set_exception(done.exception())  # type: ignore[arg-type]
+            result.set_exception(done.exception())
         else:
             result.set_result(done.result())
 

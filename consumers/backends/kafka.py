@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -32,8 +32,8 @@ def kafka_consumer_factory(config: Mapping[str, Any]) -> ConsumerFactory:
 
     def build(on_commit: Callable[[Any, list[TopicPartition]], None]) -> ConsumerLike:
         merged = {**CONSUMER_DEFAULTS, **config, **ENGINE_OWNED, "on_commit": on_commit}
-        consumer: ConsumerLike = Consumer(merged)
-        return consumer
+        # confluent-kafka's stubs spell some optional arguments differently than the protocol.
+        return cast(ConsumerLike, Consumer(merged))
 
     return build
 
@@ -81,12 +81,14 @@ def log_end_offsets(
             if time.monotonic() > deadline:
                 raise TimeoutError(f"reading {topic} to its end took over {timeout:.0f}s")
             for msg in consumer.consume(10_000, 0.5):
-                err = msg.error()
+                err, partition, offset = msg.error(), msg.partition(), msg.offset()
+                if partition is None or offset is None:
+                    continue
                 if err is None:
-                    ends[msg.partition()] = max(ends[msg.partition()], msg.offset() + 1)
+                    ends[partition] = max(ends[partition], offset + 1)
                 elif err.code() == err._PARTITION_EOF:
-                    at_eof.add(msg.partition())
-                    ends[msg.partition()] = max(ends[msg.partition()], msg.offset())
+                    at_eof.add(partition)
+                    ends[partition] = max(ends[partition], offset)
         return ends
     finally:
         consumer.close()
