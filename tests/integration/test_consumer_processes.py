@@ -8,9 +8,12 @@ be missing; within one partition assignment each key's sequence numbers must str
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,7 +21,7 @@ import pytest
 from consumers.backends.kafka import committed_offsets, log_end_offsets
 from consumers.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
 from consumers.sample import produce_sample
-from tests.helpers import wait_until
+from tests.helpers import free_port, wait_until
 from tests.integration.recording import order_violations, read_run
 
 pytestmark = pytest.mark.integration
@@ -133,3 +136,34 @@ def test_member_joining_and_leaving_loses_nothing(
     assert committed_offsets(kafka_broker.bootstrap, "g-group", topic, 4) == log_end_offsets(
         kafka_broker.bootstrap, topic, 4
     )
+
+
+def test_second_signal_exits_at_once_without_committing_unfinished_work(
+    kafka_broker: TansuBroker, topic_factory, tmp_path: Path
+) -> None:
+    topic = topic_factory(1)
+    produce_sample(kafka_broker.bootstrap, topic, 50, keys=50)
+    spec = write_spec(tmp_path / "spec.yaml", kafka_broker, topic, "g-twice", concurrency=5)
+    port = free_port()
+    # Handlers sleep up to 600 s: the graceful drain (10 s limit) cannot finish them.
+    proc = start_consumer(spec, tmp_path / "run.txt", 600.0, "--metrics-port", str(port))
+
+    def in_flight() -> float:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+                text = resp.read().decode()
+        except OSError:
+            return 0.0
+        match = re.search(r'^lanehouse_in_flight\{workload="recorder"\} (\S+)$', text, re.M)
+        return float(match.group(1)) if match else 0.0
+
+    wait_until(lambda: in_flight() == 5, timeout=60, message="five handlers running")
+    proc.send_signal(signal.SIGTERM)  # graceful: starts a drain that cannot finish in time
+    wait_until(lambda: in_flight() == 5, timeout=5, message="still draining")
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)  # the second signal: exit now
+    proc.wait(timeout=5)
+    assert proc.returncode == 130
+    assert time.monotonic() - started < 5
+    # No record finished: the commit position may be "none" (-1001) or offset 0, never beyond.
+    assert committed_offsets(kafka_broker.bootstrap, "g-twice", topic, 1)[0] in (-1001, 0)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from consumers.app import ConsumerApp, Workload
+from consumers.app import ConsumerApp, Workload, WorkloadSummary
 from consumers.embedded.tansu import TansuBroker
 from consumers.errors import LanehouseError
 from consumers.record import Record
@@ -56,6 +56,27 @@ def workload(backend: Backend, topic: str, group: str, handler, **settings) -> W
     return Workload(
         RunnerSettings(**{**defaults, **settings}), handler, [topic], backend.factory(group)
     )
+
+
+async def fail_offset_3(rec: Record) -> None:
+    if rec.offset == 3:
+        raise RuntimeError("poison")
+
+
+async def fail_then_restart(
+    backend: Backend, topic: str, group: str
+) -> tuple[list[int], WorkloadSummary]:
+    """Run once with offset 3 failing, then again with a handler that records offsets."""
+    await ConsumerApp([workload(backend, topic, group, fail_offset_3)]).run(until_idle=1.0)
+    handled: list[int] = []
+
+    async def record_offsets(rec: Record) -> None:
+        handled.append(rec.offset)
+
+    [summary] = await ConsumerApp([workload(backend, topic, group, record_offsets)]).run(
+        until_idle=1.0
+    )
+    return handled, summary
 
 
 async def test_key_order_and_everything_committed(backend: Backend) -> None:
@@ -117,10 +138,6 @@ async def test_failed_record_pins_the_commit_and_metadata_lists_done_offsets(
     records = keyed_stream(50, keys=5, seed=4)
     backend.produce(topic, records)
 
-    async def fail_offset_3(rec: Record) -> None:
-        if rec.offset == 3:
-            raise RuntimeError("poison")
-
     app = ConsumerApp([workload(backend, topic, "g-pin", fail_offset_3)])
     [summary] = await app.run(until_idle=1.0)
 
@@ -132,18 +149,7 @@ async def test_failed_record_pins_the_commit_and_metadata_lists_done_offsets(
 async def test_restart_never_loses_a_failed_record(backend: Backend) -> None:
     topic = backend.make_topic(1)
     backend.produce(topic, keyed_stream(50, keys=5, seed=5))
-
-    async def fail_offset_3(rec: Record) -> None:
-        if rec.offset == 3:
-            raise RuntimeError("poison")
-
-    await ConsumerApp([workload(backend, topic, "g-restart", fail_offset_3)]).run(until_idle=1.0)
-    handled: list[int] = []
-
-    async def record_offsets(rec: Record) -> None:
-        handled.append(rec.offset)
-
-    await ConsumerApp([workload(backend, topic, "g-restart", record_offsets)]).run(until_idle=1.0)
+    handled, _ = await fail_then_restart(backend, topic, "g-restart")
     assert 3 in handled
     assert backend.committed("g-restart", topic, 1) == {0: 50}
 
@@ -161,20 +167,7 @@ async def test_restart_skips_work_recorded_in_commit_metadata(
 ) -> None:
     topic = backend.make_topic(1)
     backend.produce(topic, keyed_stream(50, keys=5, seed=6))
-
-    async def fail_offset_3(rec: Record) -> None:
-        if rec.offset == 3:
-            raise RuntimeError("poison")
-
-    await ConsumerApp([workload(backend, topic, "g-skip", fail_offset_3)]).run(until_idle=1.0)
-    handled: list[int] = []
-
-    async def record_offsets(rec: Record) -> None:
-        handled.append(rec.offset)
-
-    [summary] = await ConsumerApp([workload(backend, topic, "g-skip", record_offsets)]).run(
-        until_idle=1.0
-    )
+    handled, summary = await fail_then_restart(backend, topic, "g-skip")
     assert handled == [3]
     assert summary.counters["skipped"] == 46
 
