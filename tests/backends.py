@@ -111,3 +111,9 @@ class TansuBackend:
 
     def log_end(self, topic: str, partitions: int) -> dict[int, int]:
         return log_end_offsets(self.broker.bootstrap, topic, partitions)
+
+
+def assert_all_committed(bootstrap: str, group: str, topic: str, partitions: int) -> None:
+    """The group's committed offsets equal the log end of every partition."""
+    committed = committed_offsets(bootstrap, group, topic, partitions)
+    assert committed == log_end_offsets(bootstrap, topic, partitions), committed

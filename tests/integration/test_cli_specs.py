@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from consumers.backends.kafka import committed_offsets, log_end_offsets
+from consumers.backends.kafka import committed_offsets
 from consumers.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
 from consumers.sample import produce_sample
 from orchestration.cli import app
+from tests.backends import assert_all_committed
 from tests.helpers import free_port
 
 pytestmark = pytest.mark.integration
@@ -100,9 +101,7 @@ def test_consume_runs_to_idle_and_serves_metrics(
         examples.ORDER.observe = original  # type: ignore[method-assign]
     assert result.exit_code == 0, result.output
     assert "cli-test: consumed 500 completed 500 failed 0" in result.output
-    assert committed_offsets(kafka_broker.bootstrap, "g-cli-ok", topic, 2) == log_end_offsets(
-        kafka_broker.bootstrap, topic, 2
-    )
+    assert_all_committed(kafka_broker.bootstrap, "g-cli-ok", topic, 2)
     [text] = scraped
     assert 'lanehouse_records_consumed_total{workload="cli-test"}' in text
     assert "lanehouse_partition_buffered" in text and "lanehouse_pool_size" in text

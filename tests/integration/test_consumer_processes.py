@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from consumers.backends.kafka import committed_offsets, log_end_offsets
+from consumers.backends.kafka import committed_offsets
 from consumers.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
 from consumers.sample import produce_sample
+from tests.backends import assert_all_committed
 from tests.helpers import free_port, wait_until
 from tests.integration.recording import order_violations, read_run
 
@@ -109,9 +110,7 @@ def test_kill_9_mid_run_then_restart_loses_nothing(
     finish(start_consumer(spec, second, 0.0, "--until-idle", "2"))
 
     assert_complete([first, second], count, keys)
-    assert committed_offsets(kafka_broker.bootstrap, "g-kill", topic, 4) == log_end_offsets(
-        kafka_broker.bootstrap, topic, 4
-    )
+    assert_all_committed(kafka_broker.bootstrap, "g-kill", topic, 4)
 
 
 def test_member_joining_and_leaving_loses_nothing(
@@ -133,9 +132,7 @@ def test_member_joining_and_leaving_loses_nothing(
     finish(a)
 
     assert_complete([run_a, run_b], count, keys)
-    assert committed_offsets(kafka_broker.bootstrap, "g-group", topic, 4) == log_end_offsets(
-        kafka_broker.bootstrap, topic, 4
-    )
+    assert_all_committed(kafka_broker.bootstrap, "g-group", topic, 4)
 
 
 def test_second_signal_exits_at_once_without_committing_unfinished_work(

@@ -10,13 +10,13 @@ import statistics
 import pytest
 
 from consumers.app import ConsumerApp, Workload
-from consumers.backends.kafka import committed_offsets, kafka_consumer_factory, log_end_offsets
+from consumers.backends.kafka import kafka_consumer_factory
 from consumers.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
 from consumers.examples import OrderCheck
 from consumers.record import Record
 from consumers.runner import RunnerSettings
 from consumers.sample import produce_sample
-from tests.backends import TansuBackend
+from tests.backends import TansuBackend, assert_all_committed
 
 pytestmark = pytest.mark.integration
 
@@ -24,12 +24,6 @@ pytestmark = pytest.mark.integration
 def factory(broker: TansuBroker, group: str, **config: object):  # type: ignore[no-untyped-def]
     return kafka_consumer_factory(
         {**TEST_CLIENT_CONFIG, "bootstrap.servers": broker.bootstrap, "group.id": group, **config}
-    )
-
-
-def assert_all_committed(broker: TansuBroker, group: str, topic: str, partitions: int) -> None:
-    assert committed_offsets(broker.bootstrap, group, topic, partitions) == log_end_offsets(
-        broker.bootstrap, topic, partitions
     )
 
 
@@ -54,7 +48,7 @@ async def test_100k_keyed_records_with_random_latency(
     assert order.violations == []
     assert order.handled == count == summary.counters["completed"]
     assert summary.counters["failed"] == 0
-    assert_all_committed(kafka_broker, "g-volume", topic, 8)
+    assert_all_committed(kafka_broker.bootstrap, "g-volume", topic, 8)
 
 
 async def test_handler_slower_than_max_poll_interval_keeps_membership(
@@ -75,7 +69,7 @@ async def test_handler_slower_than_max_poll_interval_keeps_membership(
 
     assert handled == [0, 1, 2], "a record was handled twice: the member was kicked"
     assert summary.counters["rebalances"] == 1
-    assert_all_committed(kafka_broker, "g-slow", topic, 1)
+    assert_all_committed(kafka_broker.bootstrap, "g-slow", topic, 1)
 
 
 async def test_two_workloads_share_one_pool_by_weight(
@@ -136,4 +130,4 @@ async def test_null_key_empty_value_and_5mb_value(kafka_broker: TansuBroker) -> 
     assert seen[1][2] is None and seen[3][2] is None  # empty value and tombstone: no JSON
     assert seen[2][2] == "x" * (5 * 1024 * 1024)
     assert [(k, n) for k, n, _ in seen] == [(None, 8), (b"k", 0), (b"k", len(big)), (b"k", None)]
-    assert_all_committed(kafka_broker, "g-odd", topic, 1)
+    assert_all_committed(kafka_broker.bootstrap, "g-odd", topic, 1)
