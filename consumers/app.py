@@ -20,10 +20,13 @@ from dataclasses import dataclass, field
 
 from consumers.clock import Clock, RealClock
 from consumers.errors import LanehouseError
+from consumers.interceptors import Interceptor
 from consumers.invoke import Handler
 from consumers.permits import LocalPermitPool, PermitPool
+from consumers.producer import AckedProducer, ProducerFactory
 from consumers.runner import RunnerSettings, WorkloadRunner
 from consumers.source import ConsumerFactory, SourceThread
+from consumers.tap import Tap
 from consumers.workers import first_of
 
 log = logging.getLogger("lanehouse.app")
@@ -40,6 +43,9 @@ class Workload:
     topics: list[str]
     consumer_factory: ConsumerFactory
     pool: str = "default"
+    #: Needed when the settings name an output or dead-letter topic.
+    producer_factory: ProducerFactory | None = None
+    interceptors: tuple[Interceptor, ...] = ()
 
 
 @dataclass
@@ -72,6 +78,9 @@ class ConsumerApp:
         }
         self.runners: dict[str, WorkloadRunner] = {}
         self.sources: dict[str, SourceThread] = {}
+        self.producers: dict[str, AckedProducer] = {}
+        #: Live tap of handled records (served by ``consumers.http``).
+        self.tap = Tap()
         self._stop: asyncio.Event | None = None
         self._signals = 0
 
@@ -93,17 +102,26 @@ class ConsumerApp:
             self._start(workload, loop)
         failure: BaseException | None = None
         try:
-            waits = [self._stop.wait(), *(s.failed for s in self.sources.values())]
+            waits = [
+                self._stop.wait(),
+                *(s.failed for s in self.sources.values()),
+                *(r.failed for r in self.runners.values()),
+            ]
             if until_idle is not None:
                 waits.append(self._until_idle(until_idle))
             await first_of(*waits)
-            for source in self.sources.values():
-                if source.failed.done() and source.failed.exception() is not None:
-                    failure = source.failed.exception()
+            for future in (
+                *(s.failed for s in self.sources.values()),
+                *(r.failed for r in self.runners.values()),
+            ):
+                if future.done() and future.exception() is not None:
+                    failure = future.exception()
         finally:
             await asyncio.gather(*(s.stop() for s in self.sources.values()))
             for runner in self.runners.values():
                 runner.close()
+            for producer in self.producers.values():
+                await loop.run_in_executor(None, producer.close)
             if install_signal_handlers:
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.remove_signal_handler(sig)
@@ -123,8 +141,23 @@ class ConsumerApp:
             # Smaller buffers mean smaller polls, so a pause overshoots by little.
             batch_size=min(5000, workload.settings.max_buffered),
         )
+        settings = workload.settings
+        producer = None
+        if settings.output_topic or settings.dead_letter:
+            if workload.producer_factory is None:
+                raise LanehouseError(
+                    f"workload {name!r} has outputs or dead letters: give it a producer"
+                )
+            producer = self.producers[name] = AckedProducer(name, workload.producer_factory, loop)
         runner = WorkloadRunner(
-            workload.settings, workload.handler, self.pools[workload.pool], source, self.clock
+            settings,
+            workload.handler,
+            self.pools[workload.pool],
+            source,
+            self.clock,
+            producer=producer,
+            tap=self.tap,
+            interceptors=workload.interceptors,
         )
         source.attach(runner)
         self.sources[name] = source

@@ -5,6 +5,7 @@
     ├── HandlerError         user handler code failed (wraps the original exception)
     │   └── HandlerTimeout   the handler ran past the workload's timeout
     ├── BrokerError          the broker or client reported an error the engine cannot absorb
+    ├── DeadLetterRatioExceeded  the safety valve stopped a workload dead-lettering too much
     └── EngineError          an engine invariant was broken (a bug, never a user error)
 
 Retry and dead-letter logic acts on ``HandlerError`` only, so engine failures are never mistaken
@@ -59,6 +60,10 @@ class HandlerTimeout(HandlerError):
 
 class BrokerError(LanehouseError):
     """The broker or its client failed in a way the engine cannot absorb."""
+
+
+class DeadLetterRatioExceeded(LanehouseError):
+    """Too many recent records went to the dead-letter topic: likely a bad deploy, so stop."""
 
 
 class EngineError(LanehouseError):

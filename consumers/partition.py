@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Hashable
 
 from consumers.lanes import Lane
+from consumers.record import Record
 from consumers.tracker import OffsetTracker
 
 
@@ -13,6 +15,7 @@ class PartitionState:
 
     __slots__ = (
         "closing",
+        "emit",
         "high_watermark",
         "in_flight",
         "lanes",
@@ -28,6 +31,8 @@ class PartitionState:
         self.topic = topic
         self.partition = partition
         self.tracker = OffsetTracker()
+        #: Records in delivery order whose outputs are not produced yet (output topic only).
+        self.emit: deque[Record] = deque()
         self.lanes: dict[Hashable, Lane] = {}
         #: Records handed to a worker and not finished yet.
         self.in_flight = 0

@@ -6,6 +6,7 @@ import json
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from consumers.outcomes import OutputRecord
     from consumers.partition import PartitionState
 
 
@@ -28,8 +29,12 @@ class Record:
     path. ``value`` is the raw bytes (``None`` for a tombstone); :meth:`json` decodes it."""
 
     __slots__ = (
+        "_attempts",
         "_done",
+        "_emitted",
+        "_outputs",
         "_part",
+        "_pending",
         "headers",
         "key",
         "offset",
@@ -58,6 +63,14 @@ class Record:
         self.timestamp = timestamp
         self._done = False
         self._part: PartitionState | None = None
+        #: Failed handler attempts so far.
+        self._attempts = 0
+        #: Output records once resolved (None until then); only with an output topic.
+        self._outputs: list[OutputRecord] | None = None
+        #: Broker acknowledgements still awaited (outputs, dead letter).
+        self._pending = 0
+        #: Its outputs were handed to the producer in source order.
+        self._emitted = False
 
     def json(self) -> Any:
         """Decode the value as JSON (``None`` for a tombstone or an empty value)."""

@@ -7,8 +7,12 @@ import logging
 
 from consumers.app import ConsumerApp, Workload, WorkloadSummary
 from consumers.backends.kafka import kafka_consumer_factory
+from consumers.config_utils import import_callable
 from consumers.errors import SpecError
+from consumers.interceptors import load_interceptor
 from consumers.metrics import serve_metrics
+from consumers.producer import kafka_producer_factory
+from consumers.resolution import DeadLetterPolicy, RetryPolicy
 from consumers.runner import RunnerSettings
 from consumers.spec import WorkloadSpec, resolve_handler
 
@@ -26,6 +30,20 @@ def settings_from_spec(spec: WorkloadSpec) -> RunnerSettings:
         max_buffered=spec.max_buffered,
         commit_interval=spec.commit_interval,
         drain_timeout=spec.drain_timeout,
+        retry=RetryPolicy(
+            max_attempts=spec.retries.max_attempts,
+            backoff=spec.retries.backoff,
+            max_backoff=spec.retries.max_backoff,
+            jitter=spec.retries.jitter,
+        ),
+        dead_letter=(
+            DeadLetterPolicy(
+                spec.dead_letter.topic, spec.dead_letter.max_ratio, spec.dead_letter.window
+            )
+            if spec.dead_letter
+            else None
+        ),
+        output_topic=spec.output.topic if spec.output else None,
     )
 
 
@@ -33,12 +51,15 @@ def workload_from_spec(spec: WorkloadSpec) -> Workload:
     """Bind a spec to its handler and a Kafka client factory (imports the handler)."""
     if spec.source.kind != "kafka":
         raise SpecError(f"workload {spec.name!r}", "source.kind", "only kafka is supported yet")
+    config = spec.client_config()
     return Workload(
         settings=settings_from_spec(spec),
         handler=resolve_handler(spec),
         topics=list(spec.source.topics),
-        consumer_factory=kafka_consumer_factory(spec.client_config()),
+        consumer_factory=kafka_consumer_factory(config),
         pool=spec.permits.pool,
+        producer_factory=kafka_producer_factory(config),
+        interceptors=tuple(load_interceptor(import_callable(path)) for path in spec.interceptors),
     )
 
 

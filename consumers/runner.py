@@ -18,16 +18,21 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from consumers.clock import Clock
 from consumers.errors import HandlerError, HandlerTimeout
+from consumers.interceptors import Interceptor
 from consumers.invoke import Handler, SyncInvoker, is_async_handler
 from consumers.lanes import Lane, Ordering, lane_router
+from consumers.outcomes import DeadLetter, Drop, Forward, Outcome, Retry
 from consumers.partition import PartitionState
 from consumers.permits import PermitPool
+from consumers.producer import AckedProducer
 from consumers.record import MessageLike, Record
+from consumers.resolution import DeadLetterPolicy, Resolver, RetryPolicy
+from consumers.tap import Tap
 from consumers.tracker import encode_done
 from consumers.workers import Worker, WorkloadCounters, first_of, wait_for
 
@@ -58,6 +63,9 @@ class RunnerSettings:
     commit_interval: float = 1.0
     commit_every: int = 10_000
     drain_timeout: float = 30.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    dead_letter: DeadLetterPolicy | None = None
+    output_topic: str | None = None
 
 
 class WorkloadRunner:
@@ -70,6 +78,9 @@ class WorkloadRunner:
         pool: PermitPool,
         control: SourceControl,
         clock: Clock,
+        producer: AckedProducer | None = None,
+        tap: Tap | None = None,
+        interceptors: Sequence[Interceptor] = (),
     ) -> None:
         self.settings = settings
         self.counters = WorkloadCounters()
@@ -100,6 +111,24 @@ class WorkloadRunner:
         self._last_commit: dict[PartitionKey, tuple[int, str]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self.last_ingest = clock.now()
+        self._producer = producer
+        self._tap = tap
+        self._interceptors = tuple(interceptors)
+        #: Set when the workload must stop (safety valve, output write failure).
+        self.failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._resolver = Resolver(
+            settings.name,
+            settings.retry,
+            settings.dead_letter,
+            settings.output_topic,
+            producer,
+            clock,
+            self.counters,
+            complete=self._complete,
+            requeue=self._requeue,
+            fail=self._fail_workload,
+        )
+        self._sequenced = self._resolver.sequenced
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -141,7 +170,10 @@ class WorkloadRunner:
         offsets = self._positions(parts, only_changed=False)
         for part in parts:
             part.revoked = True
-            self.counters.dropped_on_revoke += len(part.tracker.drop_all())
+            dropped = part.tracker.drop_all()
+            self._resolver.forget(dropped)
+            part.emit.clear()
+            self.counters.dropped_on_revoke += len(dropped)
             del self.parts[(part.topic, part.partition)]
             self._last_commit.pop((part.topic, part.partition), None)
         return offsets
@@ -153,19 +185,29 @@ class WorkloadRunner:
         drained = await wait_for(
             self._clock, self._progress, lambda: not self._workers, self.settings.drain_timeout
         )
+        producer = self._producer
+        if drained and producer is not None:
+            drained = await wait_for(
+                self._clock,
+                self._progress,
+                lambda: producer.in_flight == 0,
+                self.settings.drain_timeout,
+            )
         if not drained:
             log.warning(
-                "workload %s: %d records still running after the %.1fs drain deadline; "
-                "committing below them",
+                "workload %s: %d records still running or unacknowledged after the %.1fs drain "
+                "deadline; committing below them",
                 self.settings.name,
-                len(self._workers),
+                len(self._workers) + (producer.in_flight if producer else 0),
                 self.settings.drain_timeout,
             )
         for task in self._tasks:
             task.cancel()
+        self._resolver.close()
         return self._positions(list(self.parts.values()), only_changed=False)
 
     def close(self) -> None:
+        self._resolver.close()
         for worker in list(self._workers):
             worker.task.cancel()
         if self._sync is not None:
@@ -188,6 +230,7 @@ class WorkloadRunner:
         counters = self.counters
         part: PartitionState | None = None
         limit = self.settings.max_buffered
+        sequenced = self._sequenced
         for msg in messages:
             if msg.error() is not None:
                 counters.client_errors += 1
@@ -218,11 +261,13 @@ class WorkloadRunner:
             )
             rec._part = part
             part.tracker.deliver(rec, now)
+            if sequenced:
+                part.emit.append(rec)
             counters.consumed += 1
             if part.skip and rec.offset in part.skip:
                 part.skip.discard(rec.offset)
                 counters.skipped += 1
-                self._finish(rec, part, now)
+                self._resolver.done(rec, ())
                 continue
             lane_id = route(rec.key)
             lane = part.lanes.get(lane_id)
@@ -289,14 +334,19 @@ class WorkloadRunner:
                 part.in_flight += 1
                 worker.record = rec
                 worker.started = clock.now()
-                ok = await self._call(worker, rec)
+                outcome, error = await self._call(worker, rec)
                 worker.record = None
                 part.in_flight -= 1
                 if part.revoked:
                     self.counters.late_completions += 1
-                elif ok:
-                    self._finish(rec, part, clock.now())
-                if lane.ordered:
+                    held = False
+                else:
+                    held = self._resolver.resolve(lane, rec, outcome, error)
+                    if self._tap is not None and self._tap.active(self.settings.name):
+                        self._tap.publish(self.settings.name, rec, _outcome_name(outcome, error))
+                if held:
+                    pass  # a retry or a parked record keeps its lane busy: its key waits
+                elif lane.ordered:
                     lane.busy = False
                     if lane.queue and not part.closing:
                         lane.ready = True
@@ -313,46 +363,100 @@ class WorkloadRunner:
             if ready and not self._stopping:
                 self._start_workers()
 
-    async def _call(self, worker: Worker, rec: Record) -> bool:
-        """Run the handler on ``rec``; True when it succeeded."""
+    async def _call(self, worker: Worker, rec: Record) -> tuple[Outcome, HandlerError | None]:
+        """Run the interceptors and the handler on ``rec``: (outcome, None) or (None, error)."""
         sync = self._sync
         pending = None
+        interceptors = self._interceptors
         try:
+            for interceptor in interceptors:
+                interceptor.before(rec)
             if sync is None:
-                await self._handler(rec)
+                outcome = await self._handler(rec)
             else:
                 pending = sync.submit(rec)
-                await asyncio.wrap_future(pending)
+                outcome = await asyncio.wrap_future(pending)
         except asyncio.CancelledError:
             if not worker.timed_out:
                 raise
             worker.clear_timeout()
-            self._fail(
-                rec,
-                HandlerTimeout(*self._where(rec), f"timed out after {self.settings.timeout:g}s"),
-            )
+            reason = f"timed out after {self.settings.timeout:g}s"
+            error: HandlerError = HandlerTimeout(*self._where(rec), reason)
+            self._fail(rec, error)  # counted now, even while an abandoned thread runs on
             if pending is not None:
                 worker.record = None
                 await sync.finish_abandoned(pending)  # type: ignore[union-attr]
-            return False
+            return None, self._after(interceptors, rec, None, error)
         except Exception as exc:
             if worker.timed_out:
                 worker.clear_timeout()
-            self._fail(rec, HandlerError(*self._where(rec), f"{type(exc).__name__}: {exc}"), exc)
-            return False
+            error = HandlerError(*self._where(rec), f"{type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            self._fail(rec, error)
+            return None, self._after(interceptors, rec, None, error)
         if worker.timed_out:  # the handler swallowed the cancellation and returned
             worker.clear_timeout()
-        return True
+        return outcome, self._after(interceptors, rec, outcome, None)
+
+    def _after(
+        self,
+        interceptors: tuple[Interceptor, ...],
+        rec: Record,
+        outcome: Outcome,
+        error: HandlerError | None,
+    ) -> HandlerError | None:
+        """Run the interceptors' ``after`` hooks; one that raises turns the call into a failure."""
+        for interceptor in reversed(interceptors):
+            try:
+                interceptor.after(rec, outcome, error)
+            except Exception as exc:
+                error = HandlerError(*self._where(rec), f"interceptor failed: {exc!r}")
+                error.__cause__ = exc
+                self._fail(rec, error)
+        return error
 
     def _where(self, rec: Record) -> tuple[str, str, int, int, bytes | None]:
         return (self.settings.name, rec.topic, rec.partition, rec.offset, rec.key)
 
-    def _fail(self, rec: Record, error: HandlerError, cause: BaseException | None = None) -> None:
-        """A failed record stays incomplete: its partition is never committed past it."""
+    def _fail(self, rec: Record, error: HandlerError) -> None:
+        """Count and log a failed attempt; the resolver decides between retry and dead letter."""
         self.counters.failed += 1
         if isinstance(error, HandlerTimeout):
             self.counters.timeouts += 1
-        log.warning("%s", error, exc_info=cause)
+        first = rec._attempts == 0  # the traceback once per record, not per retry
+        log.warning(
+            "%s (attempt %d)", error, rec._attempts + 1, exc_info=error.__cause__ if first else None
+        )
+
+    def _complete(self, rec: Record) -> None:
+        """The record's outcome is durable: it may now be committed past."""
+        part = rec._part
+        if part is None or part.revoked:
+            self.counters.late_completions += 1
+            return
+        self._finish(rec, part, self._clock.now())
+        if self._producer is not None:
+            self._progress.set()  # drain may be waiting for acknowledgements
+
+    def _requeue(self, lane: Lane, rec: Record) -> None:
+        """A retry is due: the record goes back to the front of its lane, the lane to the front
+        of the ready queue (its key has waited long enough)."""
+        if lane.part.closing:
+            return
+        lane.queue.appendleft(rec)
+        lane.busy = False
+        if not lane.ready:
+            lane.ready = True
+            self._ready.appendleft(lane)
+        if lane.part.lanes.get(lane.lane_id) is not lane:
+            lane.part.lanes[lane.lane_id] = lane
+        self._start_workers()
+
+    def _fail_workload(self, error: BaseException) -> None:
+        """Stop the whole workload (the app drains and commits what is durable)."""
+        if not self.failed.done():
+            log.error("workload %s: stopping: %s", self.settings.name, error)
+            self.failed.set_exception(error)
 
     def _finish(self, rec: Record, part: PartitionState, now: float) -> None:
         advanced = part.tracker.complete(rec, now)
@@ -444,3 +548,18 @@ class WorkloadRunner:
 
     def partitions(self) -> list[PartitionState]:
         return list(self.parts.values())
+
+
+def _outcome_name(outcome: Outcome, error: HandlerError | None) -> str:
+    """The label a live tap shows for a handler result."""
+    if error is not None:
+        return "timeout" if isinstance(error, HandlerTimeout) else "failed"
+    return _OUTCOME_NAMES.get(type(outcome), "ok")
+
+
+_OUTCOME_NAMES: dict[type, str] = {
+    Forward: "forward",
+    Drop: "drop",
+    Retry: "retry",
+    DeadLetter: "dead_letter",
+}

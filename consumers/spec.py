@@ -154,6 +154,48 @@ class SourceSpec(_Frozen):
         }
 
 
+def _check_topic_name(topic: str) -> str:
+    if not _TOPIC.fullmatch(topic) or topic in (".", ".."):
+        raise ValueError(
+            f"{topic!r} is not a valid Kafka topic name: use 1-249 of a-z A-Z 0-9 . _ - "
+            "(not '.' or '..')"
+        )
+    return topic
+
+
+TopicName = Annotated[str, AfterValidator(_check_topic_name)]
+
+
+class RetrySpec(_Frozen):
+    """How often a failing record is tried, and how long to wait between attempts."""
+
+    max_attempts: int = Field(default=3, ge=1)
+    backoff: Duration = Field(default=0.2, ge=0)
+    max_backoff: Duration = Field(default=60.0, ge=0)
+    jitter: bool = True
+
+
+class DeadLetterSpec(_Frozen):
+    """Where records go after their last attempt, and the safety valve."""
+
+    topic: TopicName
+    max_ratio: float = Field(default=0.2, gt=0, le=1, allow_inf_nan=False)
+    window: int = Field(default=1000, ge=1)
+
+
+class OutputSpec(_Frozen):
+    """The topic ``Forward`` outcomes are produced to, in source order per partition."""
+
+    topic: TopicName
+
+
+class BatchSpec(_Frozen):
+    """Batch and unique modes: at most ``size`` records, or what arrived within ``max_wait``."""
+
+    size: int = Field(default=500, ge=1)
+    max_wait: Duration = Field(default=2.0, ge=0)
+
+
 class WorkloadSpec(_Frozen):
     """One workload: what to read, which handler runs, and how the engine schedules it."""
 
@@ -169,6 +211,22 @@ class WorkloadSpec(_Frozen):
     max_buffered: int = Field(default=10_000, ge=1)
     commit_interval: Duration = Field(default=1.0, gt=0)
     drain_timeout: Duration = Field(default=30.0, ge=0)
+    mode: Literal["single", "batch", "unique"] = "single"
+    batch: BatchSpec = BatchSpec()
+    retries: RetrySpec = RetrySpec()
+    dead_letter: DeadLetterSpec | None = None
+    output: OutputSpec | None = None
+    interceptors: tuple[HandlerPath, ...] = ()
+
+    @model_validator(mode="after")
+    def _no_loops(self) -> WorkloadSpec:
+        for field, topic in (
+            ("dead_letter.topic", self.dead_letter and self.dead_letter.topic),
+            ("output.topic", self.output and self.output.topic),
+        ):
+            if topic and topic in self.source.topics:
+                raise ValueError(f"{field} {topic!r} is also a source topic: that would loop")
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -243,6 +301,11 @@ def load_spec(
         raise SpecError(file, "source.kind", reason)
     if import_handler:
         resolve_handler(spec, file=file)
+        for index, path in enumerate(spec.interceptors):
+            try:
+                import_callable(path)
+            except HandlerImportError as exc:
+                raise SpecError(file, f"interceptors[{index}]", str(exc)) from exc.__cause__
     return spec
 
 

@@ -45,6 +45,12 @@ class WorkloadCounters:
     commit_failures: int = 0
     rebalances: int = 0
     redelivered: int = 0
+    retries: int = 0
+    dead_lettered: int = 0
+    dead_letter_write_failures: int = 0
+    dropped_by_handler: int = 0
+    parked: int = 0
+    forwarded: int = 0
 
     def snapshot(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

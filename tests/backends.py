@@ -7,17 +7,35 @@ closing is noticed too.
 
 from __future__ import annotations
 
+import asyncio
+import json
+import random
+import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from consumers.backends.kafka import committed_offsets, kafka_consumer_factory, log_end_offsets
 from consumers.backends.memory import MemoryBroker
 from consumers.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker, create_topic
+from consumers.producer import ProducerFactory, kafka_producer_factory
 from consumers.source import ConsumerFactory
 
 Produced = list[tuple[bytes | None, bytes | None]]
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A record as read back from a topic."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, bytes]
 
 
 class Backend(Protocol):
@@ -29,6 +47,8 @@ class Backend(Protocol):
     def factory(self, group: str) -> ConsumerFactory: ...
     def committed(self, group: str, topic: str, partitions: int) -> dict[int, int]: ...
     def log_end(self, topic: str, partitions: int) -> dict[int, int]: ...
+    def producer_factory(self) -> ProducerFactory: ...
+    def read(self, topic: str, partitions: int) -> list[list[Stored]]: ...
 
 
 class MemoryBackend:
@@ -56,6 +76,18 @@ class MemoryBackend:
 
     def log_end(self, topic: str, partitions: int) -> dict[int, int]:
         return dict(enumerate(self.broker.end_offsets(topic)))
+
+    def producer_factory(self) -> ProducerFactory:
+        return self.broker.producer
+
+    def read(self, topic: str, partitions: int) -> list[list[Stored]]:
+        return [
+            [
+                Stored(m.partition(), m.offset(), m.key(), m.value(), dict(m.headers() or []))
+                for m in part
+            ]
+            for part in self.broker.read(topic)
+        ]
 
 
 class TansuBackend:
@@ -112,8 +144,68 @@ class TansuBackend:
     def log_end(self, topic: str, partitions: int) -> dict[int, int]:
         return log_end_offsets(self.broker.bootstrap, topic, partitions)
 
+    def producer_factory(self) -> ProducerFactory:
+        return kafka_producer_factory(
+            {"bootstrap.servers": self.broker.bootstrap, "message.max.bytes": 10_000_000}
+        )
+
+    def read(self, topic: str, partitions: int) -> list[list[Stored]]:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.broker.bootstrap,
+                "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+                "enable.partition.eof": True,
+                "fetch.wait.max.ms": 10,
+            }
+        )
+        out: list[list[Stored]] = [[] for _ in range(partitions)]
+        try:
+            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+            at_eof: set[int] = set()
+            deadline = time.monotonic() + 30
+            while len(at_eof) < partitions and time.monotonic() < deadline:
+                for m in consumer.consume(10_000, 0.2):
+                    if m.error() is None:
+                        out[m.partition()].append(
+                            Stored(
+                                m.partition(),
+                                m.offset(),
+                                m.key(),
+                                m.value(),
+                                dict(m.headers() or []),
+                            )
+                        )
+                    else:
+                        at_eof.add(m.partition())
+            return out
+        finally:
+            consumer.close()
+
 
 def assert_all_committed(bootstrap: str, group: str, topic: str, partitions: int) -> None:
     """The group's committed offsets equal the log end of every partition."""
     committed = committed_offsets(bootstrap, group, topic, partitions)
     assert committed == log_end_offsets(bootstrap, topic, partitions), committed
+
+
+def keyed_stream(count: int, keys: int, seed: int = 1) -> list[tuple[bytes, bytes]]:
+    """``count`` JSON records over ``keys`` keys, each key numbered 0, 1, 2, ..."""
+    rng = random.Random(seed)
+    seqs: dict[str, int] = {}
+    out = []
+    for _ in range(count):
+        key = f"k{rng.randrange(keys)}"
+        seq = seqs.get(key, 0)
+        seqs[key] = seq + 1
+        out.append((key.encode(), json.dumps({"key": key, "seq": seq}).encode()))
+    return out
+
+
+async def until(predicate: Callable[[], bool], within: float = 20.0) -> None:
+    """Wait for a condition with a deadline, yielding to the loop in between."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {within}s")
+        await asyncio.sleep(0.005)

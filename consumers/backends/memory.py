@@ -81,6 +81,8 @@ class MemoryBroker:
         self._topics: dict[str, list[list[_Entry]]] = {}
         self._groups: dict[str, _Group] = {}
         self._round_robin = 0
+        #: Producing to these topics fails (to test failed writes).
+        self.unavailable: set[str] = set()
 
     def create_topic(self, topic: str, partitions: int = 1) -> None:
         with self._lock:
@@ -120,6 +122,17 @@ class MemoryBroker:
             g = self._groups.get(group, _Group())
             return [
                 g.committed.get((topic, p), (None, ""))[0] for p in range(len(self._topics[topic]))
+            ]
+
+    def producer(self) -> MemoryProducer:
+        return MemoryProducer(self)
+
+    def read(self, topic: str) -> list[list[MemoryMessage]]:
+        """Every record of ``topic``, per partition (for assertions)."""
+        with self._lock:
+            return [
+                [MemoryMessage(topic, p, o, e) for o, e in enumerate(log) if e.timestamp != -1]
+                for p, log in enumerate(self._topics[topic])
             ]
 
     def consumer(
@@ -314,3 +327,43 @@ def _topic_partition(topic: str, partition: int, offset: int, metadata: str) -> 
     if metadata:
         return TopicPartition(topic, partition, offset, metadata)
     return TopicPartition(topic, partition, offset)
+
+
+class MemoryProducer:
+    """Looks like ``confluent_kafka.Producer``: delivery callbacks run inside ``poll``/``flush``."""
+
+    def __init__(self, broker: MemoryBroker) -> None:
+        self._broker = broker
+        self._lock = threading.Lock()
+        self._callbacks: list[tuple[Callable[[Any, Any], None], str | None]] = []
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+        on_delivery: Callable[[Any, Any], None] | None = None,
+        **_: Any,
+    ) -> None:
+        error = None
+        if topic in self._broker.unavailable or topic not in self._broker._topics:
+            error = f"topic {topic} unavailable"
+        else:
+            self._broker.produce(topic, value, key, headers=headers)
+        if on_delivery is not None:
+            with self._lock:
+                self._callbacks.append((on_delivery, error))
+
+    def poll(self, timeout: float = -1) -> int:
+        with self._lock:
+            callbacks, self._callbacks = self._callbacks, []
+        for callback, error in callbacks:
+            callback(error, None)
+        if not callbacks and timeout > 0:
+            time.sleep(min(timeout, 0.005))
+        return len(callbacks)
+
+    def flush(self, timeout: float = -1) -> int:
+        self.poll(0)
+        return 0

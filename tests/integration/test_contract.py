@@ -5,50 +5,17 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import Callable, Iterator
 
 import pytest
 
 from consumers.app import ConsumerApp, Workload, WorkloadSummary
-from consumers.embedded.tansu import TansuBroker
 from consumers.errors import LanehouseError
 from consumers.record import Record
+from consumers.resolution import RetryPolicy
 from consumers.runner import RunnerSettings
-from tests.backends import Backend, MemoryBackend, TansuBackend
+from tests.backends import Backend, MemoryBackend, keyed_stream, until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(params=["memory", "tansu"])
-def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
-    if request.param == "memory":
-        yield MemoryBackend()
-    else:
-        broker: TansuBroker = request.getfixturevalue("kafka_broker")
-        yield TansuBackend(broker)
-
-
-def keyed_stream(count: int, keys: int, seed: int = 1) -> list[tuple[bytes, bytes]]:
-    """``count`` JSON records over ``keys`` keys, each key numbered 0, 1, 2, ..."""
-    rng = random.Random(seed)
-    seqs: dict[str, int] = {}
-    out = []
-    for _ in range(count):
-        key = f"k{rng.randrange(keys)}"
-        seq = seqs.get(key, 0)
-        seqs[key] = seq + 1
-        out.append((key.encode(), json.dumps({"key": key, "seq": seq}).encode()))
-    return out
-
-
-async def until(predicate: Callable[[], bool], within: float = 20.0) -> None:
-    """Wait for a condition with a deadline, yielding to the loop in between."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"condition not met within {within}s")
-        await asyncio.sleep(0.005)
 
 
 def workload(backend: Backend, topic: str, group: str, handler, **settings) -> Workload:  # type: ignore[no-untyped-def]
@@ -56,6 +23,15 @@ def workload(backend: Backend, topic: str, group: str, handler, **settings) -> W
     return Workload(
         RunnerSettings(**{**defaults, **settings}), handler, [topic], backend.factory(group)
     )
+
+
+FAST_RETRY = RetryPolicy(max_attempts=3, backoff=0.01, jitter=False)
+
+
+def held_behind(records: list[tuple[bytes, bytes]], offset: int) -> list[int]:
+    """Offsets after ``offset`` with the same key (they wait behind it in key order)."""
+    key = records[offset][0]
+    return [i for i, (k, _) in enumerate(records) if k == key and i > offset]
 
 
 async def fail_offset_3(rec: Record) -> None:
@@ -67,7 +43,8 @@ async def fail_then_restart(
     backend: Backend, topic: str, group: str
 ) -> tuple[list[int], WorkloadSummary]:
     """Run once with offset 3 failing, then again with a handler that records offsets."""
-    await ConsumerApp([workload(backend, topic, group, fail_offset_3)]).run(until_idle=1.0)
+    first = workload(backend, topic, group, fail_offset_3, retry=FAST_RETRY)
+    await ConsumerApp([first]).run(until_idle=1.0)
     handled: list[int] = []
 
     async def record_offsets(rec: Record) -> None:
@@ -138,11 +115,15 @@ async def test_failed_record_pins_the_commit_and_metadata_lists_done_offsets(
     records = keyed_stream(50, keys=5, seed=4)
     backend.produce(topic, records)
 
-    app = ConsumerApp([workload(backend, topic, "g-pin", fail_offset_3)])
+    app = ConsumerApp([workload(backend, topic, "g-pin", fail_offset_3, retry=FAST_RETRY)])
     [summary] = await app.run(until_idle=1.0)
 
-    assert summary.counters["failed"] == 1
-    assert summary.counters["completed"] == 49
+    # Three attempts, then (no dead-letter topic) the record is parked: its key waits behind it,
+    # every other key completes, and the commit never passes it.
+    held_back = held_behind(records, 3)
+    assert summary.counters["failed"] == 3
+    assert summary.counters["parked"] == 1
+    assert summary.counters["completed"] == 50 - 1 - len(held_back)
     assert backend.committed("g-pin", topic, 1) == {0: 3}
 
 
@@ -166,10 +147,12 @@ async def test_restart_skips_work_recorded_in_commit_metadata(
     backend: Backend, skips_done_work: None
 ) -> None:
     topic = backend.make_topic(1)
-    backend.produce(topic, keyed_stream(50, keys=5, seed=6))
+    records = keyed_stream(50, keys=5, seed=6)
+    backend.produce(topic, records)
     handled, summary = await fail_then_restart(backend, topic, "g-skip")
-    assert handled == [3]
-    assert summary.counters["skipped"] == 46
+    assert handled == [3, *held_behind(records, 3)]
+    # Offsets 4.. were done except those held behind offset 3; 0-2 lie below the position.
+    assert summary.counters["skipped"] == 50 - 4 - len(held_behind(records, 3))
 
 
 async def test_backpressure_bounds_buffered_records(backend: Backend) -> None:

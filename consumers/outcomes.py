@@ -1,0 +1,67 @@
+"""What a handler may return, and how the engine names what happened to a record.
+
+A handler returns ``None`` (done) or one of:
+
+- :class:`Forward` — one or more records for the workload's output topic. They are produced in
+  source order per partition, and the source record completes only once the broker
+  acknowledged every one of them.
+- :class:`Drop` — done, on purpose (counted, with a reason).
+- :class:`Retry` — try again after ``after`` seconds (or the retry policy's backoff); counts as
+  an attempt, so ``retries.max_attempts`` still applies.
+- :class:`DeadLetter` — give up now: write the record to the dead-letter topic.
+
+Raising is a failed attempt handled by the retry policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class OutputRecord:
+    """A record for the output topic; ``key=None`` keeps the source record's key."""
+
+    value: bytes | None
+    key: bytes | None = None
+    headers: list[tuple[str, bytes]] | None = None
+
+
+class Forward:
+    """``Forward(b"a", OutputRecord(b"b", key=b"k"))``: records for the output topic."""
+
+    __slots__ = ("records",)
+
+    def __init__(self, *records: OutputRecord | bytes | str) -> None:
+        self.records = [_as_output(r) for r in records]
+
+    def __repr__(self) -> str:
+        return f"Forward({len(self.records)} records)"
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    after: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    reason: str = ""
+
+
+Outcome = Forward | Drop | Retry | DeadLetter | None
+
+
+def _as_output(record: OutputRecord | bytes | str) -> OutputRecord:
+    if isinstance(record, OutputRecord):
+        return record
+    if isinstance(record, str):
+        return OutputRecord(record.encode())
+    if isinstance(record, bytes):
+        return OutputRecord(record)
+    raise TypeError(f"Forward takes OutputRecord, bytes or str, not {type(record).__name__}")

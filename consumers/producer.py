@@ -1,0 +1,117 @@
+"""Producing outputs and dead letters from the event loop, with acknowledgements back on it.
+
+    send(topic, key, value, headers, on_done) ── loop thread, never blocks
+        └─ client.produce(...)                   librdkafka queues it
+    poll thread: client.poll() → delivery callback → loop.call_soon_threadsafe(on_done, error)
+
+A record's offset may be committed only after its outputs or dead letter are acknowledged, so
+``on_done`` is where the engine completes it. When the client's local queue is full, ``send``
+retries shortly on the loop instead of blocking it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, cast
+
+from confluent_kafka import KafkaError, Producer
+
+log = logging.getLogger("lanehouse.producer")
+
+#: Client properties that only a consumer understands (a producer logs a warning for each).
+CONSUMER_ONLY = {
+    "group.id",
+    "group.instance.id",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "max.poll.interval.ms",
+    "auto.offset.reset",
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "auto.commit.interval.ms",
+    "partition.assignment.strategy",
+    "enable.partition.eof",
+    "isolation.level",
+    "check.crcs",
+    "group.protocol",
+}
+CONSUMER_ONLY_PREFIXES = ("fetch.", "queued.")
+
+Done = Callable[[str | None], None]
+
+
+class ProducerLike(Protocol):
+    """The subset of ``confluent_kafka.Producer`` the engine uses."""
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, **kw: Any) -> None: ...
+    def poll(self, timeout: float = -1) -> int: ...
+    def flush(self, timeout: float = -1) -> int: ...
+
+
+ProducerFactory = Callable[[], ProducerLike]
+
+
+def kafka_producer_factory(client_config: Mapping[str, Any]) -> ProducerFactory:
+    """An idempotent producer (ordered, no duplicates on internal retries) for a workload."""
+    config = {
+        k: v
+        for k, v in client_config.items()
+        if k not in CONSUMER_ONLY and not k.startswith(CONSUMER_ONLY_PREFIXES)
+    }
+    config.update({"enable.idempotence": True, "linger.ms": 5})
+    return lambda: cast(ProducerLike, Producer(config))
+
+
+class AckedProducer:
+    """One client plus the thread that serves its delivery callbacks."""
+
+    def __init__(
+        self, name: str, factory: ProducerFactory, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self._name = name
+        self._client = factory()
+        self._loop = loop
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name=f"lh-producer-{name}", daemon=True)
+        self._thread.start()
+        self.in_flight = 0
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None,
+        on_done: Done,
+    ) -> None:
+        """Queue one record; ``on_done(None)`` or ``on_done(error)`` later runs on the loop."""
+        loop = self._loop
+
+        def delivered(err: KafkaError | None, _msg: object) -> None:
+            loop.call_soon_threadsafe(self._finish, on_done, None if err is None else str(err))
+
+        try:
+            self._client.produce(topic, value, key, headers=headers, on_delivery=delivered)
+        except BufferError:
+            loop.call_later(0.005, self.send, topic, key, value, headers, on_done)
+            return
+        self.in_flight += 1
+
+    def _finish(self, on_done: Done, error: str | None) -> None:
+        self.in_flight -= 1
+        on_done(error)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            self._client.poll(0.05)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Wait for outstanding deliveries (their callbacks still reach the loop), then stop."""
+        remaining = self._client.flush(timeout)
+        if remaining:
+            log.warning("producer %s: %d records unacknowledged at close", self._name, remaining)
+        self._stop.set()
+        self._thread.join(timeout=5)
