@@ -16,7 +16,8 @@ from typing import Any
 
 from consumers.record import Record
 
-Handler = Callable[[Record], Any]
+#: Called with a Record (single mode) or a list of them (batch and unique modes).
+Handler = Callable[[Any], Any]
 
 
 def is_async_handler(handler: Handler) -> bool:
@@ -35,8 +36,8 @@ class SyncInvoker:
         self._executor = ThreadPoolExecutor(max_workers=max_threads, thread_name_prefix=name)
         self.abandoned = 0
 
-    def submit(self, record: Record) -> Future[Any]:
-        return self._executor.submit(self._handler, record)
+    def submit(self, subject: Record | list[Record]) -> Future[Any]:
+        return self._executor.submit(self._handler, subject)
 
     async def finish_abandoned(self, pending: Future[Any]) -> None:
         """Wait for a timed-out call's thread to return, holding the caller's permit."""

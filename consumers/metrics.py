@@ -1,9 +1,9 @@
 """Metrics: the engine keeps plain integers; this collector turns them into Prometheus families
 at scrape time, so the hot path never touches a metrics library.
 
-Served by ``prometheus_client``'s HTTP server (``lanehouse consume --metrics-port``). The
-collector reads engine state from the server thread; values are ints read under the GIL, and a
-scrape racing a rebalance simply retries once.
+Served on ``/metrics`` by the consumer's HTTP server (:mod:`consumers.http`, ``lanehouse
+consume --metrics-port``). The collector reads engine state from the server thread; values are
+ints read under the GIL, and a scrape racing a rebalance simply retries once.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Literal
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from consumers.app import ConsumerApp
+    from consumers.http import Server
 
 CounterName = Literal[
     "consumed",
@@ -127,6 +128,17 @@ class EngineCollector(Collector):
                 if head is not None:
                     pin = [*labels, str(head.offset), key_label(head.key)]
                     pinned.add_metric(pin, max(now - tracker.pinned_since, 0.0))
+        tap = getattr(app, "tap", None)
+        tap_dropped: list[Metric] = []
+        if tap is not None:
+            family = CounterMetricFamily(
+                "lanehouse_tap_dropped",
+                "Tap events dropped because a subscriber's queue was full.",
+                labels=wl,
+            )
+            for name in list(app.runners):
+                family.add_metric([name], tap.dropped_total(name))
+            tap_dropped.append(family)
         for pool_name, pool in app.pools.items():
             pool_size.add_metric([pool_name], getattr(pool, "size", 0))
             pool_free.add_metric([pool_name], getattr(pool, "free", 0))
@@ -144,14 +156,13 @@ class EngineCollector(Collector):
             pinned,
             pool_size,
             pool_free,
+            *tap_dropped,
         ]
 
 
-def serve_metrics(app: ConsumerApp, port: int, addr: str = "127.0.0.1") -> object:
-    """Expose ``/metrics`` for ``app``; returns the server (call ``shutdown()`` to stop it)."""
-    from prometheus_client import start_http_server
+def serve_metrics(app: ConsumerApp, port: int, addr: str = "127.0.0.1") -> Server:
+    """Serve ``/metrics``, ``/healthz`` and ``/tap/<workload>`` for ``app``; returns the
+    :class:`consumers.http.Server` (call ``shutdown()`` to stop it)."""
+    from consumers.http import serve  # http imports this module for the collector
 
-    registry = CollectorRegistry()
-    registry.register(EngineCollector(app))
-    server, _thread = start_http_server(port, addr=addr, registry=registry)
-    return server
+    return serve(app, port, addr)

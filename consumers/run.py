@@ -30,6 +30,9 @@ def settings_from_spec(spec: WorkloadSpec) -> RunnerSettings:
         max_buffered=spec.max_buffered,
         commit_interval=spec.commit_interval,
         drain_timeout=spec.drain_timeout,
+        mode=spec.mode,
+        batch_size=spec.batch.size,
+        batch_max_wait=spec.batch.max_wait,
         retry=RetryPolicy(
             max_attempts=spec.retries.max_attempts,
             backoff=spec.retries.backoff,
@@ -93,4 +96,4 @@ def run_specs(
         )
     finally:
         if server is not None:
-            server.shutdown()  # type: ignore[attr-defined]
+            server.shutdown()

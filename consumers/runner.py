@@ -19,8 +19,9 @@ import logging
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Literal, Protocol
 
+from consumers.batching import Batch, latest_per_key, queued_records, take_batch
 from consumers.clock import Clock
 from consumers.errors import HandlerError, HandlerTimeout
 from consumers.interceptors import Interceptor
@@ -63,6 +64,9 @@ class RunnerSettings:
     commit_interval: float = 1.0
     commit_every: int = 10_000
     drain_timeout: float = 30.0
+    mode: Literal["single", "batch", "unique"] = "single"
+    batch_size: int = 500
+    batch_max_wait: float = 2.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     dead_letter: DeadLetterPolicy | None = None
     output_topic: str | None = None
@@ -70,6 +74,9 @@ class RunnerSettings:
 
 class WorkloadRunner:
     """Runs one workload's records through lanes and permits; see the module docstring."""
+
+    #: Handled records reach ``app.tap`` (tests/integration/test_http.py checks this).
+    publishes_tap = True
 
     def __init__(
         self,
@@ -129,6 +136,9 @@ class WorkloadRunner:
             fail=self._fail_workload,
         )
         self._sequenced = self._resolver.sequenced
+        self._batched = settings.mode != "single"
+        #: Set when records arrive, for batch workers gathering a batch.
+        self._arrivals = asyncio.Event()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -280,14 +290,19 @@ class WorkloadRunner:
             if not part.paused and len(part.tracker) >= limit:
                 part.paused = True
                 self._control.pause([(part.topic, part.partition)])
+        if self._batched:
+            self._arrivals.set()
         self._start_workers()
 
     # ------------------------------------------------------------------ workers
 
     def _runnable(self) -> int:
+        """How many workers could start now (records, or batches in batch modes)."""
+        if self._batched:
+            return -(-queued_records(self._ready) // self.settings.batch_size)
         if self._ordered:
             return len(self._ready)
-        return sum(len(lane.queue) for lane in self._ready)
+        return queued_records(self._ready)
 
     def _start_workers(self) -> None:
         if self._stopping:
@@ -309,7 +324,8 @@ class WorkloadRunner:
         worker = Worker()
         self._workers.add(worker)
         self._starting += 1
-        worker.task = asyncio.ensure_future(self._work(worker))
+        work = self._work_batch if self._batched else self._work
+        worker.task = asyncio.ensure_future(work(worker))
 
     async def _work(self, worker: Worker) -> None:
         ready = self._ready
@@ -363,40 +379,156 @@ class WorkloadRunner:
             if ready and not self._stopping:
                 self._start_workers()
 
+    async def _work_batch(self, worker: Worker) -> None:
+        """Batch and unique modes: gather up to ``batch_size`` records or wait ``batch_max_wait``,
+        call the handler once with the list, resolve each record. One batch holds one permit."""
+        ready = self._ready
+        clock = self._clock
+        size = self.settings.batch_size
+        gathering = True  # counted in ``_starting`` while gathering
+        try:
+            while ready and not self._stopping:
+                deadline = clock.now() + self.settings.batch_max_wait
+                while queued_records(ready) < size and not self._stopping:
+                    remaining = deadline - clock.now()
+                    if remaining <= 0:
+                        break
+                    self._arrivals.clear()
+                    await first_of(self._arrivals.wait(), clock.sleep(remaining))
+                batch = take_batch(ready, size)
+                if not batch:
+                    continue
+                gathering = False
+                self._starting -= 1
+                await self._run_batch(worker, batch)
+                self._progress.set()
+                self._starting += 1
+                gathering = True
+                if self._pool.should_yield(self._permits):
+                    break
+        finally:
+            if gathering:
+                self._starting -= 1
+            self._workers.discard(worker)
+            self._progress.set()
+            self._pool.release(self._permits)
+            if ready and not self._stopping:
+                self._start_workers()
+
+    async def _run_batch(self, worker: Worker, batch: Batch) -> None:
+        records = [rec for _, recs in batch for rec in recs]
+        if self.settings.mode == "unique":
+            handled, superseded = latest_per_key(batch)
+        else:
+            handled, superseded = records, set()
+        for rec in records:
+            rec._part.in_flight += 1  # type: ignore[union-attr]
+        interceptors = self._interceptors
+        error: HandlerError | None = None
+        try:
+            for rec in handled:
+                for interceptor in interceptors:
+                    interceptor.before(rec)
+        except Exception as exc:
+            error = self._error(handled[0], exc)
+        results: Any = None
+        if error is None:
+            worker.record = handled[0]
+            worker.started = self._clock.now()
+            results, error = await self._invoke(worker, handled[0], handled)
+            worker.record = None
+        bad_shape = not isinstance(results, list) or len(results) != len(handled)
+        if error is None and results is not None and bad_shape:
+            got = len(results) if isinstance(results, list) else type(results).__name__
+            error = self._error(
+                handled[0],
+                TypeError(
+                    f"a batch of {len(handled)} must return None or as many outcomes, got {got}"
+                ),
+            )
+        outcomes = dict(zip(handled, results, strict=True)) if error is None and results else {}
+        for rec in handled:
+            for interceptor in reversed(interceptors):
+                try:
+                    interceptor.after(rec, outcomes.get(rec), error)
+                except Exception as exc:
+                    error = self._error(rec, exc)
+        for lane, recs in batch:
+            held = False
+            part = lane.part
+            for i, rec in enumerate(recs):
+                part.in_flight -= 1
+                if held:
+                    continue
+                if part.revoked:
+                    self.counters.late_completions += 1
+                    continue
+                if rec in superseded:
+                    self.counters.superseded += 1
+                    self._resolver.done(rec, ())
+                    continue
+                outcome = outcomes.get(rec)
+                held = self._resolver.resolve(lane, rec, outcome, error)
+                if self._tap is not None and self._tap.active(self.settings.name):
+                    self._tap.publish(self.settings.name, rec, _outcome_name(outcome, error))
+                if held:  # later records of this lane go back behind the held one, in order
+                    lane.queue.extendleft(reversed(recs[i + 1 :]))
+            if not held and lane.ordered:
+                lane.busy = False
+                if lane.queue and not part.closing:
+                    lane.ready = True
+                    self._ready.append(lane)
+                elif not lane.queue and part.lanes.get(lane.lane_id) is lane:
+                    del part.lanes[lane.lane_id]
+
     async def _call(self, worker: Worker, rec: Record) -> tuple[Outcome, HandlerError | None]:
         """Run the interceptors and the handler on ``rec``: (outcome, None) or (None, error)."""
+        interceptors = self._interceptors
+        for interceptor in interceptors:
+            try:
+                interceptor.before(rec)
+            except Exception as exc:
+                return None, self._after(interceptors, rec, None, self._error(rec, exc))
+        outcome, error = await self._invoke(worker, rec, rec)
+        return outcome, self._after(interceptors, rec, outcome, error)
+
+    async def _invoke(
+        self, worker: Worker, first: Record, subject: Record | list[Record]
+    ) -> tuple[Any, HandlerError | None]:
+        """Call the handler on a record or a batch; errors carry the (first) record's place."""
         sync = self._sync
         pending = None
-        interceptors = self._interceptors
         try:
-            for interceptor in interceptors:
-                interceptor.before(rec)
             if sync is None:
-                outcome = await self._handler(rec)
+                result = await self._handler(subject)
             else:
-                pending = sync.submit(rec)
-                outcome = await asyncio.wrap_future(pending)
+                pending = sync.submit(subject)
+                result = await asyncio.wrap_future(pending)
         except asyncio.CancelledError:
             if not worker.timed_out:
                 raise
             worker.clear_timeout()
             reason = f"timed out after {self.settings.timeout:g}s"
-            error: HandlerError = HandlerTimeout(*self._where(rec), reason)
-            self._fail(rec, error)  # counted now, even while an abandoned thread runs on
+            error: HandlerError = HandlerTimeout(*self._where(first), reason)
+            self._fail(first, error)  # counted now, even while an abandoned thread runs on
             if pending is not None:
                 worker.record = None
                 await sync.finish_abandoned(pending)  # type: ignore[union-attr]
-            return None, self._after(interceptors, rec, None, error)
+            return None, error
         except Exception as exc:
             if worker.timed_out:
                 worker.clear_timeout()
-            error = HandlerError(*self._where(rec), f"{type(exc).__name__}: {exc}")
-            error.__cause__ = exc
-            self._fail(rec, error)
-            return None, self._after(interceptors, rec, None, error)
+            return None, self._error(first, exc)
         if worker.timed_out:  # the handler swallowed the cancellation and returned
             worker.clear_timeout()
-        return outcome, self._after(interceptors, rec, outcome, None)
+        return result, None
+
+    def _error(self, rec: Record, exc: Exception) -> HandlerError:
+        """Wrap (and count) an exception from user code with the record's place."""
+        error = HandlerError(*self._where(rec), f"{type(exc).__name__}: {exc}")
+        error.__cause__ = exc
+        self._fail(rec, error)
+        return error
 
     def _after(
         self,
@@ -410,9 +542,7 @@ class WorkloadRunner:
             try:
                 interceptor.after(rec, outcome, error)
             except Exception as exc:
-                error = HandlerError(*self._where(rec), f"interceptor failed: {exc!r}")
-                error.__cause__ = exc
-                self._fail(rec, error)
+                error = self._error(rec, exc)
         return error
 
     def _where(self, rec: Record) -> tuple[str, str, int, int, bytes | None]:

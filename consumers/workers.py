@@ -51,6 +51,7 @@ class WorkloadCounters:
     dropped_by_handler: int = 0
     parked: int = 0
     forwarded: int = 0
+    superseded: int = 0
 
     def snapshot(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

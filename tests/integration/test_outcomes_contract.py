@@ -11,7 +11,7 @@ import pytest
 from consumers.app import ConsumerApp, Workload
 from consumers.dead_letter_headers import decode_dead_letter
 from consumers.errors import DeadLetterRatioExceeded
-from consumers.outcomes import Drop, Forward, OutputRecord
+from consumers.outcomes import Drop, Forward, OutputRecord, Retry
 from consumers.record import Record
 from consumers.resolution import DeadLetterPolicy, RetryPolicy
 from consumers.runner import RunnerSettings
@@ -187,3 +187,110 @@ async def test_a_hung_async_handler_is_cancelled_then_retried(backend: Backend) 
     assert cancelled.is_set() and calls == 2
     assert summary.counters["timeouts"] == 1 and summary.counters["completed"] == 1
     assert backend.committed("g-hang", topic, 1) == {0: 1}
+
+
+async def test_batch_mode_gets_lane_ordered_batches_and_flushes_partial_ones(
+    backend: Backend,
+) -> None:
+    topic = backend.make_topic(2)
+    records = keyed_stream(1030, keys=20, seed=12)
+    backend.produce(topic, records)
+    batches: list[list[Record]] = []
+    last: dict[bytes | None, int] = {}
+    violations = 0
+
+    async def handler(batch: list[Record]) -> None:
+        nonlocal violations
+        batches.append(batch)
+        for rec in batch:
+            seq = rec.json()["seq"]
+            violations += seq != last.get(rec.key, -1) + 1
+            last[rec.key] = seq
+
+    w = workload(
+        backend,
+        topic,
+        "g-batch",
+        handler,
+        mode="batch",
+        batch_size=100,
+        batch_max_wait=0.3,
+        concurrency=2,
+    )
+    [summary] = await ConsumerApp([w]).run(until_idle=1.0)
+
+    assert violations == 0
+    assert sum(len(b) for b in batches) == len(records) == summary.counters["completed"]
+    assert max(len(b) for b in batches) == 100
+    assert any(len(b) < 100 for b in batches), "the partial tail was never flushed"
+    assert backend.committed("g-batch", topic, 2) == backend.log_end(topic, 2)
+
+
+async def test_batch_outcomes_retry_one_record_and_keep_its_key_in_order(
+    backend: Backend,
+) -> None:
+    topic = backend.make_topic(1)
+    backend.produce(topic, keyed_stream(200, keys=4, seed=13))
+    batches: list[list[tuple[bytes | None, int]]] = []
+    done: set[tuple[bytes | None, int]] = set()
+    failed_once: set[int] = set()
+
+    async def handler(batch: list[Record]) -> list[Retry | None]:
+        batches.append([(rec.key, rec.json()["seq"]) for rec in batch])
+        outcomes: list[Retry | None] = []
+        for rec in batch:
+            if rec.offset % 50 == 10 and rec.offset not in failed_once:
+                failed_once.add(rec.offset)
+                outcomes.append(Retry(after=0.05))
+            else:
+                done.add((rec.key, rec.json()["seq"]))
+                outcomes.append(None)
+        return outcomes
+
+    w = workload(
+        backend,
+        topic,
+        "g-batch-retry",
+        handler,
+        mode="batch",
+        batch_size=64,
+        batch_max_wait=0.1,
+        retry=FAST_RETRY,
+    )
+    [summary] = await ConsumerApp([w]).run(until_idle=1.0)
+
+    # A Retry behind another held record of its key is re-run rather than resolved.
+    assert 1 <= summary.counters["retries"] <= len(failed_once) == 4
+    highest: dict[bytes | None, int] = {}
+    for batch in batches:
+        per_key: dict[bytes | None, list[int]] = {}
+        for key, seq in batch:
+            per_key.setdefault(key, []).append(seq)
+        for key, seqs in per_key.items():
+            assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "out of lane order"
+            assert seqs[0] <= highest.get(key, -1) + 1, f"key {key!r} skipped ahead"
+            highest[key] = max(highest.get(key, -1), seqs[-1])
+    assert len(done) == 200  # every record handled (at least once)
+    assert backend.committed("g-batch-retry", topic, 1) == {0: 200}
+
+
+async def test_unique_mode_handles_only_the_latest_record_per_key(backend: Backend) -> None:
+    topic = backend.make_topic(1)
+    records = keyed_stream(600, keys=6, seed=14)
+    backend.produce(topic, records)
+    handled: list[Record] = []
+
+    async def handler(batch: list[Record]) -> None:
+        keys = [r.key for r in batch]
+        assert len(keys) == len(set(keys)), "a key appeared twice in a unique batch"
+        handled.extend(batch)
+
+    w = workload(
+        backend, topic, "g-unique", handler, mode="unique", batch_size=1000, batch_max_wait=0.5
+    )
+    [summary] = await ConsumerApp([w]).run(until_idle=1.0)
+
+    latest = {key: i for i, (key, _) in enumerate(records)}  # last offset of every key
+    assert {r.offset for r in handled} >= set(latest.values())
+    assert summary.counters["superseded"] == 600 - len(handled) > 0
+    assert backend.committed("g-unique", topic, 1) == {0: 600}
