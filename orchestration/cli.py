@@ -211,7 +211,12 @@ def consume(
         typer.Option(min=0.1, help="Stop once no record arrived for this many seconds."),
     ] = None,
     metrics_port: Annotated[
-        int | None, typer.Option(min=1, max=65535, help="Serve /metrics (Prometheus), /healthz and /tap/<workload> (server-sent events) here.")
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            help="Serve /metrics (Prometheus), /healthz and /tap/<workload> (server-sent events) here.",
+        ),
     ] = None,
     pool: Annotated[
         list[str] | None,
