@@ -7,6 +7,7 @@ producer numbers each key's records 0, 1, 2, ... so any reordering shows up as a
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 
@@ -63,3 +64,26 @@ async def slow(record: Record) -> None:
     value = record.json()
     ORDER.observe(record.key, value["seq"])
     await asyncio.sleep(0.020)
+
+
+#: The correlation id of the record being handled (set by :class:`CorrelationId`).
+CORRELATION_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "correlation_id", default=None
+)
+
+
+class CorrelationId:
+    """Interceptor: lifts the ``correlation-id`` header into :data:`CORRELATION_ID` for the
+    duration of the handler call (``interceptors: [consumers.examples:CorrelationId]``)."""
+
+    def __init__(self) -> None:
+        self._tokens: dict[Record, contextvars.Token[str | None]] = {}
+
+    def before(self, record: Record) -> None:
+        value = record.header("correlation-id")
+        self._tokens[record] = CORRELATION_ID.set(value.decode() if value else None)
+
+    def after(self, record: Record, outcome: object, error: object) -> None:
+        token = self._tokens.pop(record, None)
+        if token is not None:
+            CORRELATION_ID.reset(token)

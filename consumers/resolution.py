@@ -303,6 +303,11 @@ class Resolver:
         self._timers.add(task)
         task.add_done_callback(self._timers.discard)
 
+    @property
+    def waiting(self) -> bool:
+        """A retry or a dead-letter rewrite is scheduled."""
+        return bool(self._timers)
+
     def forget(self, recs: Iterable[Record]) -> None:
         """Drop failure bookkeeping for records of a revoked partition."""
         for rec in recs:

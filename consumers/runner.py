@@ -661,8 +661,13 @@ class WorkloadRunner:
 
     @property
     def busy(self) -> bool:
-        """Work is running, waiting for a permit, or held back by a paused partition."""
-        return bool(self._workers or self._ready) or any(p.paused for p in self.parts.values())
+        """Work is running, waiting for a permit or a retry, unacknowledged, or held back by a
+        paused partition."""
+        return (
+            bool(self._workers or self._ready or self._resolver.waiting)
+            or (self._producer is not None and self._producer.in_flight > 0)
+            or any(p.paused for p in self.parts.values())
+        )
 
     @property
     def permits_held(self) -> int:

@@ -11,10 +11,12 @@ a ``kill -9`` of the process. ``$LH_DELAY`` adds a random latency of up to that 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 from typing import TextIO
 
+from consumers.outcomes import Forward, OutputRecord
 from consumers.record import Record
 
 _out: TextIO | None = None
@@ -47,7 +49,7 @@ def read_run(path: str) -> list[Row]:
     with open(path) as f:
         for line in f:
             parts = line.split()
-            if len(parts) == 5 and line.endswith("\n"):
+            if len(parts) == 5 and line.endswith("\n") and parts[0] != "POISON":
                 key, seq, partition, offset, epoch = parts
                 rows.append((key, int(seq), int(partition), int(offset), int(epoch)))
     return rows
@@ -63,3 +65,18 @@ def order_violations(rows: list[Row]) -> list[tuple[str, int, int]]:
             bad.append((key, previous, seq))
         last[(key, epoch)] = seq
     return bad
+
+
+async def poison(rec: Record) -> None:
+    """Like :func:`record`, but key ``k0``'s first record always fails (and says so)."""
+    value = rec.json()
+    if value["key"] == "k0" and value["seq"] == 0:
+        _file().write(f"POISON {rec.partition} {rec.offset} attempt\n")
+        raise RuntimeError("poison pill")
+    await record(rec)
+
+
+async def forward(rec: Record) -> Forward:
+    """Like :func:`record`, then forwards ``{"p": partition, "o": offset}`` to the output topic."""
+    await record(rec)
+    return Forward(OutputRecord(json.dumps({"p": rec.partition, "o": rec.offset}).encode()))

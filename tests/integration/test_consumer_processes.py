@@ -7,11 +7,8 @@ be missing; within one partition assignment each key's sequence numbers must str
 
 from __future__ import annotations
 
-import os
 import re
 import signal
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -19,77 +16,19 @@ from pathlib import Path
 import pytest
 
 from consumers.backends.kafka import committed_offsets
-from consumers.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
+from consumers.embedded.tansu import TansuBroker
 from consumers.sample import produce_sample
 from tests.backends import assert_all_committed
 from tests.helpers import free_port, wait_until
-from tests.integration.recording import order_violations, read_run
+from tests.integration.processes import (
+    assert_complete,
+    finish,
+    lines,
+    start_consumer,
+    write_spec,
+)
 
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def write_spec(path: Path, broker: TansuBroker, topic: str, group: str, concurrency: int) -> Path:
-    config = "\n".join(f"    {k}: {v}" for k, v in TEST_CLIENT_CONFIG.items())
-    path.write_text(
-        f"""name: recorder
-source:
-  kind: kafka
-  bootstrap_servers: {broker.bootstrap}
-  topics: [{topic}]
-  group: {group}
-  config:
-{config}
-handler: tests.integration.recording:record
-ordering: key
-concurrency: {concurrency}
-commit_interval: 200ms
-drain_timeout: 10s
-"""
-    )
-    return path
-
-
-def start_consumer(
-    spec: Path, record_file: Path, delay: float, *extra: str
-) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "LH_RECORD_FILE": str(record_file),
-        "LH_DELAY": str(delay),
-    }
-    return subprocess.Popen(
-        [sys.executable, "-m", "orchestration.cli", "consume", str(spec), *extra],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-
-
-def lines(path: Path) -> int:
-    return len(read_run(str(path)))
-
-
-def finish(proc: subprocess.Popen[bytes], timeout: float = 120) -> str:
-    out, _ = proc.communicate(timeout=timeout)
-    text = out.decode(errors="replace")
-    assert proc.returncode == 0, f"consumer exited {proc.returncode}:\n{text[-3000:]}"
-    return text
-
-
-def assert_complete(runs: list[Path], count: int, keys: int) -> None:
-    rows = [row for run in runs for row in read_run(str(run))]
-    seen = {(key, seq) for key, seq, *_ in rows}
-    per_key = {}
-    for key, seq, *_ in rows:
-        per_key[key] = max(per_key.get(key, -1), seq)
-    assert sum(n + 1 for n in per_key.values()) == count, "some key is missing records"
-    assert len(seen) == count, f"lost records: {count - len(seen)} of {count} never handled"
-    for run in runs:
-        assert order_violations(read_run(str(run))) == [], f"key order broken in {run.name}"
 
 
 def test_kill_9_mid_run_then_restart_loses_nothing(
