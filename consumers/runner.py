@@ -19,13 +19,14 @@ import logging
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from consumers.batching import Batch, latest_per_key, queued_records, take_batch
+from consumers.calls import HandlerCaller
 from consumers.clock import Clock
 from consumers.errors import HandlerError, HandlerTimeout
 from consumers.interceptors import Interceptor
-from consumers.invoke import Handler, SyncInvoker, is_async_handler
+from consumers.invoke import Handler
 from consumers.lanes import Lane, Ordering, lane_router
 from consumers.outcomes import DeadLetter, Drop, Forward, Outcome, Retry
 from consumers.partition import PartitionState
@@ -92,11 +93,13 @@ class WorkloadRunner:
         self.settings = settings
         self.counters = WorkloadCounters()
         self.parts: dict[PartitionKey, PartitionState] = {}
-        self._handler = handler
-        self._sync = (
-            None
-            if is_async_handler(handler)
-            else SyncInvoker(handler, settings.concurrency, f"lh-{settings.name}")
+        self._caller = HandlerCaller(
+            settings.name,
+            handler,
+            settings.concurrency,
+            settings.timeout,
+            tuple(interceptors),
+            self.counters,
         )
         self._pool = pool
         self._permits = pool.register(
@@ -120,7 +123,6 @@ class WorkloadRunner:
         self.last_ingest = clock.now()
         self._producer = producer
         self._tap = tap
-        self._interceptors = tuple(interceptors)
         #: Set when the workload must stop (safety valve, output write failure).
         self.failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._resolver = Resolver(
@@ -220,8 +222,7 @@ class WorkloadRunner:
         self._resolver.close()
         for worker in list(self._workers):
             worker.task.cancel()
-        if self._sync is not None:
-            self._sync.close()
+        self._caller.close()
         if not self._permits.held:
             self._pool.unregister(self._permits)
 
@@ -350,7 +351,7 @@ class WorkloadRunner:
                 part.in_flight += 1
                 worker.record = rec
                 worker.started = clock.now()
-                outcome, error = await self._call(worker, rec)
+                outcome, error = await self._caller.call(worker, rec)
                 worker.record = None
                 part.in_flight -= 1
                 if part.revoked:
@@ -423,36 +424,10 @@ class WorkloadRunner:
             handled, superseded = records, set()
         for rec in records:
             rec._part.in_flight += 1  # type: ignore[union-attr]
-        interceptors = self._interceptors
-        error: HandlerError | None = None
-        try:
-            for rec in handled:
-                for interceptor in interceptors:
-                    interceptor.before(rec)
-        except Exception as exc:
-            error = self._error(handled[0], exc)
-        results: Any = None
-        if error is None:
-            worker.record = handled[0]
-            worker.started = self._clock.now()
-            results, error = await self._invoke(worker, handled[0], handled)
-            worker.record = None
-        bad_shape = not isinstance(results, list) or len(results) != len(handled)
-        if error is None and results is not None and bad_shape:
-            got = len(results) if isinstance(results, list) else type(results).__name__
-            error = self._error(
-                handled[0],
-                TypeError(
-                    f"a batch of {len(handled)} must return None or as many outcomes, got {got}"
-                ),
-            )
-        outcomes = dict(zip(handled, results, strict=True)) if error is None and results else {}
-        for rec in handled:
-            for interceptor in reversed(interceptors):
-                try:
-                    interceptor.after(rec, outcomes.get(rec), error)
-                except Exception as exc:
-                    error = self._error(rec, exc)
+        worker.record = handled[0]
+        worker.started = self._clock.now()
+        outcomes, error = await self._caller.call_batch(worker, handled)
+        worker.record = None
         for lane, recs in batch:
             held = False
             part = lane.part
@@ -480,83 +455,6 @@ class WorkloadRunner:
                     self._ready.append(lane)
                 elif not lane.queue and part.lanes.get(lane.lane_id) is lane:
                     del part.lanes[lane.lane_id]
-
-    async def _call(self, worker: Worker, rec: Record) -> tuple[Outcome, HandlerError | None]:
-        """Run the interceptors and the handler on ``rec``: (outcome, None) or (None, error)."""
-        interceptors = self._interceptors
-        for interceptor in interceptors:
-            try:
-                interceptor.before(rec)
-            except Exception as exc:
-                return None, self._after(interceptors, rec, None, self._error(rec, exc))
-        outcome, error = await self._invoke(worker, rec, rec)
-        return outcome, self._after(interceptors, rec, outcome, error)
-
-    async def _invoke(
-        self, worker: Worker, first: Record, subject: Record | list[Record]
-    ) -> tuple[Any, HandlerError | None]:
-        """Call the handler on a record or a batch; errors carry the (first) record's place."""
-        sync = self._sync
-        pending = None
-        try:
-            if sync is None:
-                result = await self._handler(subject)
-            else:
-                pending = sync.submit(subject)
-                result = await asyncio.wrap_future(pending)
-        except asyncio.CancelledError:
-            if not worker.timed_out:
-                raise
-            worker.clear_timeout()
-            reason = f"timed out after {self.settings.timeout:g}s"
-            error: HandlerError = HandlerTimeout(*self._where(first), reason)
-            self._fail(first, error)  # counted now, even while an abandoned thread runs on
-            if pending is not None:
-                worker.record = None
-                await sync.finish_abandoned(pending)  # type: ignore[union-attr]
-            return None, error
-        except Exception as exc:
-            if worker.timed_out:
-                worker.clear_timeout()
-            return None, self._error(first, exc)
-        if worker.timed_out:  # the handler swallowed the cancellation and returned
-            worker.clear_timeout()
-        return result, None
-
-    def _error(self, rec: Record, exc: Exception) -> HandlerError:
-        """Wrap (and count) an exception from user code with the record's place."""
-        error = HandlerError(*self._where(rec), f"{type(exc).__name__}: {exc}")
-        error.__cause__ = exc
-        self._fail(rec, error)
-        return error
-
-    def _after(
-        self,
-        interceptors: tuple[Interceptor, ...],
-        rec: Record,
-        outcome: Outcome,
-        error: HandlerError | None,
-    ) -> HandlerError | None:
-        """Run the interceptors' ``after`` hooks; one that raises turns the call into a failure."""
-        for interceptor in reversed(interceptors):
-            try:
-                interceptor.after(rec, outcome, error)
-            except Exception as exc:
-                error = self._error(rec, exc)
-        return error
-
-    def _where(self, rec: Record) -> tuple[str, str, int, int, bytes | None]:
-        return (self.settings.name, rec.topic, rec.partition, rec.offset, rec.key)
-
-    def _fail(self, rec: Record, error: HandlerError) -> None:
-        """Count and log a failed attempt; the resolver decides between retry and dead letter."""
-        self.counters.failed += 1
-        if isinstance(error, HandlerTimeout):
-            self.counters.timeouts += 1
-        first = rec._attempts == 0  # the traceback once per record, not per retry
-        log.warning(
-            "%s (attempt %d)", error, rec._attempts + 1, exc_info=error.__cause__ if first else None
-        )
 
     def _complete(self, rec: Record) -> None:
         """The record's outcome is durable: it may now be committed past."""
@@ -679,7 +577,7 @@ class WorkloadRunner:
 
     @property
     def abandoned_threads(self) -> int:
-        return self._sync.abandoned if self._sync is not None else 0
+        return self._caller.abandoned
 
     def partitions(self) -> list[PartitionState]:
         return list(self.parts.values())

@@ -1,0 +1,150 @@
+"""Calling user code for one workload: interceptors around the handler, async or sync, timeouts
+turned into :class:`HandlerTimeout`, and every exception wrapped with the record's place.
+
+User code never raises into the engine: a call returns ``(outcome, None)`` or ``(None, error)``
+where ``error`` is a counted, logged :class:`HandlerError`. The resolver then decides between a
+retry and a dead letter. Engine errors are never wrapped, so they are never mistaken for a bad
+record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from consumers.errors import HandlerError, HandlerTimeout
+from consumers.interceptors import Interceptor
+from consumers.invoke import Handler, SyncInvoker, is_async_handler
+from consumers.outcomes import Outcome
+from consumers.record import Record
+from consumers.workers import Worker, WorkloadCounters
+
+log = logging.getLogger("lanehouse.engine")
+
+
+class HandlerCaller:
+    """One workload's handler and interceptors; see the module docstring."""
+
+    def __init__(
+        self,
+        name: str,
+        handler: Handler,
+        max_threads: int,
+        timeout: float,
+        interceptors: tuple[Interceptor, ...],
+        counters: WorkloadCounters,
+    ) -> None:
+        self._name = name
+        self._handler = handler
+        self._timeout = timeout
+        self._interceptors = interceptors
+        self._counters = counters
+        self._sync = (
+            None if is_async_handler(handler) else SyncInvoker(handler, max_threads, f"lh-{name}")
+        )
+
+    async def call(self, worker: Worker, rec: Record) -> tuple[Outcome, HandlerError | None]:
+        """Run the interceptors and the handler on one record."""
+        error = self._before([rec])
+        if error is not None:
+            return None, self._after(rec, None, error)
+        outcome, error = await self._invoke(worker, rec, rec)
+        return outcome, self._after(rec, outcome, error)
+
+    async def call_batch(
+        self, worker: Worker, records: list[Record]
+    ) -> tuple[dict[Record, Outcome], HandlerError | None]:
+        """Run the handler once on a batch; it returns None or one outcome per record."""
+        first = records[0]
+        error = self._before(records)
+        results: Any = None
+        if error is None:
+            results, error = await self._invoke(worker, first, records)
+        wrong_shape = not isinstance(results, list) or len(results) != len(records)
+        if error is None and results is not None and wrong_shape:
+            got = len(results) if isinstance(results, list) else type(results).__name__
+            message = f"a batch of {len(records)} must return None or as many outcomes, got {got}"
+            error = self.error(first, TypeError(message))
+        outcomes = dict(zip(records, results, strict=True)) if error is None and results else {}
+        for rec in records:
+            error = self._after(rec, outcomes.get(rec), error)
+        return outcomes, error
+
+    async def _invoke(
+        self, worker: Worker, first: Record, subject: Record | list[Record]
+    ) -> tuple[Any, HandlerError | None]:
+        sync = self._sync
+        pending = None
+        try:
+            if sync is None:
+                result = await self._handler(subject)
+            else:
+                pending = sync.submit(subject)
+                result = await asyncio.wrap_future(pending)
+        except asyncio.CancelledError:
+            if not worker.timed_out:
+                raise
+            worker.clear_timeout()
+            reason = f"timed out after {self._timeout:g}s"
+            error: HandlerError = HandlerTimeout(*self._where(first), reason)
+            self.fail(first, error)  # counted now, even while an abandoned thread runs on
+            if pending is not None:
+                worker.record = None
+                await sync.finish_abandoned(pending)  # type: ignore[union-attr]
+            return None, error
+        except Exception as exc:
+            if worker.timed_out:
+                worker.clear_timeout()
+            return None, self.error(first, exc)
+        if worker.timed_out:  # the handler swallowed the cancellation and returned
+            worker.clear_timeout()
+        return result, None
+
+    def _before(self, records: list[Record]) -> HandlerError | None:
+        for rec in records:
+            for interceptor in self._interceptors:
+                try:
+                    interceptor.before(rec)
+                except Exception as exc:
+                    return self.error(rec, exc)
+        return None
+
+    def _after(
+        self, rec: Record, outcome: Outcome, error: HandlerError | None
+    ) -> HandlerError | None:
+        """Run the ``after`` hooks in reverse order; one that raises fails the call."""
+        for interceptor in reversed(self._interceptors):
+            try:
+                interceptor.after(rec, outcome, error)
+            except Exception as exc:
+                error = self.error(rec, exc)
+        return error
+
+    def error(self, rec: Record, exc: Exception) -> HandlerError:
+        """Wrap (and count) an exception from user code with the record's place."""
+        error = HandlerError(*self._where(rec), f"{type(exc).__name__}: {exc}")
+        error.__cause__ = exc
+        self.fail(rec, error)
+        return error
+
+    def fail(self, rec: Record, error: HandlerError) -> None:
+        """Count and log a failed attempt (the traceback once per record, not per retry)."""
+        self._counters.failed += 1
+        if isinstance(error, HandlerTimeout):
+            self._counters.timeouts += 1
+        first = rec._attempts == 0
+        log.warning(
+            "%s (attempt %d)", error, rec._attempts + 1, exc_info=error.__cause__ if first else None
+        )
+
+    def _where(self, rec: Record) -> tuple[str, str, int, int, bytes | None]:
+        return (self._name, rec.topic, rec.partition, rec.offset, rec.key)
+
+    @property
+    def abandoned(self) -> int:
+        return self._sync.abandoned if self._sync is not None else 0
+
+    def close(self) -> None:
+        if self._sync is not None:
+            self._sync.close()
