@@ -41,9 +41,6 @@ class WorkloadCounters:
     dropped_unassigned: int = 0
     dropped_on_revoke: int = 0
     late_completions: int = 0
-    commits: int = 0
-    commit_failures: int = 0
-    rebalances: int = 0
     redelivered: int = 0
     retries: int = 0
     dead_lettered: int = 0

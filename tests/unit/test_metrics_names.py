@@ -1,0 +1,18 @@
+"""Every engine counter reaches Prometheus, under one name family."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import pytest
+
+from consumers.metrics import COUNTERS
+from consumers.workers import WorkloadCounters
+
+pytestmark = pytest.mark.unit
+
+
+def test_every_workload_counter_is_exported() -> None:
+    names = {f.name for f in fields(WorkloadCounters)}
+    missing = names - set(COUNTERS)
+    assert missing == set(), f"counters without a metric: {sorted(missing)}"
