@@ -6,12 +6,14 @@ The public API is what ``__all__`` lists; everything else may change without not
 from consumers.app import ConsumerApp, Workload, WorkloadSummary
 from consumers.errors import (
     BrokerError,
+    DeadLetterRatioExceeded,
     EngineError,
     HandlerError,
     HandlerTimeout,
     LanehouseError,
     SpecError,
 )
+from consumers.outcomes import DeadLetter, Drop, Forward, OutputRecord, Retry
 from consumers.permits import LocalPermitPool, PermitPool
 from consumers.record import Record
 from consumers.run import run_specs
@@ -21,13 +23,19 @@ from consumers.spec import WorkloadSpec, load_spec, load_specs
 __all__ = [
     "BrokerError",
     "ConsumerApp",
+    "DeadLetter",
+    "DeadLetterRatioExceeded",
+    "Drop",
     "EngineError",
+    "Forward",
     "HandlerError",
     "HandlerTimeout",
     "LanehouseError",
     "LocalPermitPool",
+    "OutputRecord",
     "PermitPool",
     "Record",
+    "Retry",
     "RunnerSettings",
     "SpecError",
     "Workload",

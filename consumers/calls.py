@@ -67,7 +67,7 @@ class HandlerCaller:
             message = f"a batch of {len(records)} must return None or as many outcomes, got {got}"
             error = self.error(first, TypeError(message))
         outcomes = dict(zip(records, results, strict=True)) if error is None and results else {}
-        for rec in records:
+        for rec in reversed(records):  # undo in reverse, as nested before() calls expect
             error = self._after(rec, outcomes.get(rec), error)
         return outcomes, error
 

@@ -7,7 +7,9 @@ from headers, say) is visible inside the handler. Interceptors run in order befo
 in reverse order after it. One that raises turns the call into a failed attempt.
 
 In a spec: ``interceptors: [my_pkg.tracing:CorrelationId]`` — a class is instantiated with no
-arguments, any other object is used as it is.
+arguments; any other callable object with the hooks is used as it is. In batch and unique modes
+``before`` runs for each record of the batch before the one handler call and ``after`` for each,
+in reverse, after it.
 """
 
 from __future__ import annotations

@@ -292,7 +292,11 @@ class Resolver:
     # ------------------------------------------------------------------ helpers
 
     def _misuse(self, rec: Record, reason: str) -> HandlerError:
-        return HandlerError(self.name, rec.topic, rec.partition, rec.offset, rec.key, reason)
+        """A handler result the engine cannot act on: a failed attempt, counted and logged."""
+        error = HandlerError(self.name, rec.topic, rec.partition, rec.offset, rec.key, reason)
+        self._counters.failed += 1
+        log.warning("%s (attempt %d)", error, rec._attempts + 1)
+        return error
 
     def _later(self, delay: float, callback: Callable[..., None], *args: object) -> None:
         async def fire() -> None:

@@ -39,6 +39,7 @@ from consumers.config_utils import (
     spec_files,
 )
 from consumers.errors import SpecError
+from consumers.interceptors import load_interceptor
 
 __all__ = [
     "PermitSpec",
@@ -303,9 +304,12 @@ def load_spec(
         resolve_handler(spec, file=file)
         for index, path in enumerate(spec.interceptors):
             try:
-                import_callable(path)
+                load_interceptor(import_callable(path))
             except HandlerImportError as exc:
                 raise SpecError(file, f"interceptors[{index}]", str(exc)) from exc.__cause__
+            except Exception as exc:  # instantiating user code may raise anything
+                reason = f"{path!r} is not an interceptor: {type(exc).__name__}: {exc}"
+                raise SpecError(file, f"interceptors[{index}]", reason) from exc
     return spec
 
 

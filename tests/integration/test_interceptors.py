@@ -88,3 +88,13 @@ def test_spec_interceptors_are_imported_and_checked(tmp_path: Path) -> None:
     bad.write_text(base + "interceptors: [consumers.examples:NoSuchThing]\n")
     with pytest.raises(SpecError, match=r"interceptors\[0\]"):
         load_spec(bad)
+
+
+def test_an_object_without_hooks_is_not_an_interceptor(tmp_path: Path) -> None:
+    spec = tmp_path / "hookless.yaml"
+    spec.write_text(
+        "name: w\nsource: {kind: kafka, bootstrap_servers: x, topics: [t]}\n"
+        "handler: consumers.examples:enrich\ninterceptors: [consumers.examples:enrich]\n"
+    )
+    with pytest.raises(SpecError, match=r"interceptors\[0\].*not an interceptor"):
+        load_spec(spec)
