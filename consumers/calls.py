@@ -46,6 +46,8 @@ class HandlerCaller:
 
     async def call(self, worker: Worker, rec: Record) -> tuple[Outcome, HandlerError | None]:
         """Run the interceptors and the handler on one record."""
+        if not self._interceptors:  # the hot path: no hooks to run
+            return await self._invoke(worker, rec, rec)
         error = self._before([rec])
         if error is not None:
             return None, self._after(rec, None, error)

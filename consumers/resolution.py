@@ -96,6 +96,8 @@ class Resolver:
         self.dead_letter = dead_letter
         self.output_topic = output_topic
         self.sequenced = output_topic is not None
+        #: A plain success completes at once: no outputs to order, no dead-letter window.
+        self.immediate = not self.sequenced and dead_letter is None
         self._producer = producer
         self._clock = clock
         self._counters = counters
@@ -170,7 +172,8 @@ class Resolver:
 
     def done(self, rec: Record, outputs: Iterable[OutputRecord]) -> None:
         """The record's handling is over; complete it once its outputs are acknowledged."""
-        self._failures.pop(rec, None)
+        if rec._attempts:
+            self._failures.pop(rec, None)
         if self.dead_letter is not None:
             self._count_window(False)
         if not self.sequenced:

@@ -331,6 +331,9 @@ class WorkloadRunner:
     async def _work(self, worker: Worker) -> None:
         ready = self._ready
         clock = self._clock
+        immediate = self._resolver.immediate
+        tap = self._tap
+        name = self.settings.name
         self._starting -= 1
         try:
             while ready and not self._stopping:
@@ -354,13 +357,16 @@ class WorkloadRunner:
                 outcome, error = await self._caller.call(worker, rec)
                 worker.record = None
                 part.in_flight -= 1
+                held = False
                 if part.revoked:
                     self.counters.late_completions += 1
-                    held = False
                 else:
-                    held = self._resolver.resolve(lane, rec, outcome, error)
-                    if self._tap is not None and self._tap.active(self.settings.name):
-                        self._tap.publish(self.settings.name, rec, _outcome_name(outcome, error))
+                    if outcome is None and error is None and immediate:
+                        self._finish(rec, part, clock.now())  # plain success: the hot path
+                    else:
+                        held = self._resolver.resolve(lane, rec, outcome, error)
+                    if tap is not None and tap.active(name):
+                        tap.publish(name, rec, _outcome_name(outcome, error))
                 if held:
                     pass  # a retry or a parked record keeps its lane busy: its key waits
                 elif lane.ordered:
