@@ -8,6 +8,12 @@ the handler's timestamps (first call -> last completion), so the group join and 
 at the end are excluded. Every engine row checks per-key order (seq = last + 1, never two
 records of one key at once), that every record was handled, and that the committed offset of
 every partition equals its log end; any failure makes the bench exit non-zero.
+
+Two rows exercise the outcomes machinery: ``retry_1pct`` is the 20 ms row at C=1,000 where the
+records at offset % 100 == 7 raise on their first attempt (the lane stays held during the
+backoff, so the order check counts each record at its successful attempt; the engine must count
+exactly those failures and retries), and ``batch_json`` is the JSON row in batch mode (500
+records or 50 ms a call, 4 calls at once), checked per key across batches.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import asyncio
 import datetime
 import importlib.util
 import json
+import logging
 import os
 import platform
 import resource
@@ -36,6 +43,7 @@ from consumers.app import ConsumerApp, Workload
 from consumers.backends.kafka import CONSUMER_DEFAULTS, ENGINE_OWNED, kafka_consumer_factory
 from consumers.embedded.tansu import start_tansu
 from consumers.record import Record
+from consumers.resolution import RetryPolicy
 from consumers.runner import RunnerSettings
 from consumers.sample import produce_sample
 
@@ -48,6 +56,9 @@ CLIENT = {
     "heartbeat.interval.ms": 500,
 }
 HAS_UVLOOP = importlib.util.find_spec("uvloop") is not None
+FAIL_EVERY, FAIL_AT = 100, 7  # fail_once rows: offset % 100 == 7 fails its first attempt
+RETRY = RetryPolicy(max_attempts=3, backoff=0.02, max_backoff=0.2, jitter=True)
+BATCH = {"mode": "batch", "batch_size": 500, "batch_max_wait": 0.05}
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,8 @@ class Row:
     concurrency: int = 1000
     records: int = 200_000
     uvloop: bool = False
+    fail_once: bool = False  # 1% of records raise once, with RETRY as the retry policy
+    batch: bool = False  # the handler takes a list (BATCH settings)
 
 
 ROWS = {
@@ -65,6 +78,8 @@ ROWS = {
     "sleep20_c300": Row("sleep", 300, 100_000),
     "sleep20_c1000": Row("sleep", 1000, 200_000),
     "json": Row("json"),
+    "retry_1pct": Row("sleep", 1000, 200_000, fail_once=True),
+    "batch_json": Row("json", 4, batch=True),
 }
 
 
@@ -82,6 +97,7 @@ class Check:
         self.active: set[bytes | None] = set()
         self.high: dict[int, int] = {}
         self.violations = 0
+        self.injected = 0  # first attempts the fail_once handler failed on purpose
         self.sink: Any = None  # the json row's output, so the transform is not dead code
 
     def start_clock(self) -> None:
@@ -104,6 +120,13 @@ class Check:
         self.active.add(key)
         self.last[key] = seq
 
+    def fail(self, rec: Record, seq: int) -> None:
+        """An attempt failed on purpose: its key is free again and ``seq`` is not counted yet
+        (its lane is held, so the retry must be the key's next record)."""
+        self.active.discard(rec.key)
+        self.last[rec.key] = seq - 1
+        self.injected += 1
+
     def end(self, rec: Record) -> None:
         self.active.discard(rec.key)
         if rec.offset >= self.high.get(rec.partition, 0):
@@ -118,6 +141,7 @@ class Check:
             "window_cpu_s": self.cpu1 - self.cpu0,
             "high": self.high,
             "violations": self.violations,
+            "injected": self.injected,
             "busiest_key": max(self.last.values(), default=-1) + 1,
         }
 
@@ -128,8 +152,13 @@ def seq_of(value: bytes) -> int:
     return int(value[i : value.index(b",", i)])
 
 
-def make_handler(kind: str, check: Check) -> Any:
+class InjectedFailure(Exception):
+    """What the fail_once handler raises on a record's first attempt."""
+
+
+def make_handler(row: Row, check: Check) -> Any:
     begin, end = check.begin, check.end
+    failed: set[tuple[int, int]] = set()
 
     async def noop(rec: Record) -> None:
         begin(rec, seq_of(rec.value))  # type: ignore[arg-type]
@@ -140,13 +169,37 @@ def make_handler(kind: str, check: Check) -> Any:
         await asyncio.sleep(SLEEP)
         end(rec)
 
-    async def transform(rec: Record) -> None:
-        data = json.loads(rec.value)  # type: ignore[arg-type]
-        begin(rec, data["seq"])
-        check.sink = {"key": data["key"].upper(), "seq": data["seq"] + 1}
+    async def sleep_fail_once(rec: Record) -> None:
+        seq = seq_of(rec.value)  # type: ignore[arg-type]
+        begin(rec, seq)
+        await asyncio.sleep(SLEEP)
+        if rec.offset % FAIL_EVERY == FAIL_AT and (rec.partition, rec.offset) not in failed:
+            failed.add((rec.partition, rec.offset))
+            check.fail(rec, seq)
+            raise InjectedFailure(f"first attempt of {rec.partition}@{rec.offset}")
         end(rec)
 
-    return {"noop": noop, "sleep": sleep, "json": transform}[kind]
+    def parse(rec: Record) -> int:
+        data = json.loads(rec.value)  # type: ignore[arg-type]
+        check.sink = {"key": data["key"].upper(), "seq": data["seq"] + 1}
+        return int(data["seq"])
+
+    async def transform(rec: Record) -> None:
+        begin(rec, parse(rec))
+        end(rec)
+
+    async def transform_batch(recs: list[Record]) -> None:
+        for rec in recs:  # whole runs of each lane, in lane order
+            begin(rec, parse(rec))
+            end(rec)
+
+    if row.batch:
+        assert row.kind == "json", "only the json handler has a batch form"
+        return transform_batch
+    if row.fail_once:
+        assert row.kind == "sleep", "only the sleep handler has a fail_once form"
+        return sleep_fail_once
+    return {"noop": noop, "sleep": sleep, "json": transform}[row.kind]
 
 
 def run_raw(args: argparse.Namespace) -> dict[str, Any]:
@@ -174,11 +227,18 @@ def run_raw(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_engine(row: Row, args: argparse.Namespace) -> dict[str, Any]:
     check = Check(args.records)
-    settings = RunnerSettings(name="bench", ordering="key", concurrency=row.concurrency)
+    extra: dict[str, Any] = dict(BATCH) if row.batch else {}
+    if row.fail_once:
+        extra["retry"] = RETRY
+        # One warning with a traceback per failed attempt: formatted (a real cost), not shown.
+        engine_log = logging.getLogger("lanehouse")
+        engine_log.addHandler(logging.FileHandler(os.devnull))
+        engine_log.propagate = False
+    settings = RunnerSettings(name="bench", ordering="key", concurrency=row.concurrency, **extra)
     factory = kafka_consumer_factory(
         {**CLIENT, "bootstrap.servers": args.bootstrap, "group.id": args.group}
     )
-    workload = Workload(settings, make_handler(row.kind, check), [args.topic], factory)
+    workload = Workload(settings, make_handler(row, check), [args.topic], factory)
 
     async def main() -> Any:
         app = ConsumerApp([workload], pool_sizes={"default": row.concurrency})
@@ -263,8 +323,20 @@ def run_row(name: str, records: int, bootstrap: str, timeout: float) -> dict[str
         if not out["committed_ok"]:
             out["errors"].append(f"committed {committed} != log end {high}")
         counters = res["counters"]
-        if counters.get("failed") or counters.get("commit_failures"):
-            out["errors"].append(f"engine counters: {counters}")
+        injected = res["injected"]  # 0 except in fail_once rows
+        if counters.get("failed") != injected or counters.get("commit_failures"):
+            out["errors"].append(f"engine counters: {counters}, {injected} failures injected")
+        if row.fail_once:
+            expected = sum(len(range(FAIL_AT, end, FAIL_EVERY)) for end in high.values())
+            unexpected = {
+                k: counters.get(k) for k in ("parked", "dead_lettered") if counters.get(k)
+            }
+            if injected != expected or counters.get("retries") != injected or unexpected:
+                out["errors"].append(
+                    f"{injected} failures injected, {expected} expected, "
+                    f"{counters.get('retries')} retries, {unexpected or 'nothing'} given up"
+                )
+            out["injected"] = injected
         out["counters"] = counters
     return out
 
