@@ -120,6 +120,20 @@ class _RateColumn(ProgressColumn):
         return Text(f"{speed:,.0f} rec/s" if speed else "- rec/s", style="progress.data.speed")
 
 
+def _progress(transient: bool = False) -> Progress:
+    """The progress bar of long commands: count, records per second, time."""
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        _RateColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=transient,
+    )
+
+
 @app.command()
 def produce(
     topic: Annotated[str, typer.Option(callback=_topic_name, help="Topic to write to.")],
@@ -140,15 +154,7 @@ def produce(
     seed: Annotated[int, typer.Option(help="Seed of the key order (same seed, same data).")] = 0,
 ) -> None:
     """Write keyed JSON sample records {key, seq, ts, pad} with per-key sequence numbers."""
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        _RateColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=err_console,
-    )
+    progress = _progress()
     with progress:
         task = progress.add_task(f"produce {topic}", total=count)
         try:
@@ -449,15 +455,7 @@ def dead_letters_replay(
     target = (
         to if to is not None else (spec.source.topics[0] if len(spec.source.topics) == 1 else None)
     )
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        _RateColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-    )
+    progress = _progress(transient=True)
     with progress:
         task = progress.add_task(escape(f"replay {topic}"), total=None)
 
