@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from consumers.errors import HandlerError, HandlerTimeout
+
 
 @dataclass(frozen=True, slots=True)
 class OutputRecord:
@@ -65,3 +67,18 @@ def _as_output(record: OutputRecord | bytes | str) -> OutputRecord:
     if isinstance(record, bytes):
         return OutputRecord(record)
     raise TypeError(f"Forward takes OutputRecord, bytes or str, not {type(record).__name__}")
+
+
+def outcome_name(outcome: Outcome, error: HandlerError | None) -> str:
+    """The label a live tap shows for a handler result."""
+    if error is not None:
+        return "timeout" if isinstance(error, HandlerTimeout) else "failed"
+    return _OUTCOME_NAMES.get(type(outcome), "ok")
+
+
+_OUTCOME_NAMES: dict[type, str] = {
+    Forward: "forward",
+    Drop: "drop",
+    Retry: "retry",
+    DeadLetter: "dead_letter",
+}

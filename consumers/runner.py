@@ -24,25 +24,20 @@ from typing import Literal, Protocol
 from consumers.batching import Batch, latest_per_key, queued_records, take_batch
 from consumers.calls import HandlerCaller
 from consumers.clock import Clock
-from consumers.errors import HandlerError, HandlerTimeout
+from consumers.commits import CommitOffset, CommitPlanner, PartitionKey
 from consumers.interceptors import Interceptor
 from consumers.invoke import Handler
 from consumers.lanes import Lane, Ordering, lane_router
-from consumers.outcomes import DeadLetter, Drop, Forward, Outcome, Retry
+from consumers.outcomes import outcome_name
 from consumers.partition import PartitionState
 from consumers.permits import PermitPool
 from consumers.producer import AckedProducer
 from consumers.record import MessageLike, Record
 from consumers.resolution import DeadLetterPolicy, Resolver, RetryPolicy
 from consumers.tap import Tap
-from consumers.tracker import encode_done
 from consumers.workers import Worker, WorkloadCounters, first_of, wait_for
 
 log = logging.getLogger("lanehouse.engine")
-
-#: (topic, partition, offset, metadata) ready to commit.
-CommitOffset = tuple[str, int, int, str]
-PartitionKey = tuple[str, int]
 
 
 class SourceControl(Protocol):
@@ -117,8 +112,7 @@ class WorkloadRunner:
         self._stopping = False
         self._progress = asyncio.Event()
         self._commit_now = asyncio.Event()
-        self._since_commit = 0
-        self._last_commit: dict[PartitionKey, tuple[int, str]] = {}
+        self._commits = CommitPlanner(settings.commit_every)
         self._tasks: list[asyncio.Task[None]] = []
         self.last_ingest = clock.now()
         self._producer = producer
@@ -179,7 +173,7 @@ class WorkloadRunner:
                 stuck,
                 self.settings.drain_timeout,
             )
-        offsets = self._positions(parts, only_changed=False)
+        offsets = self._commits.plan(parts, only_changed=False)
         for part in parts:
             part.revoked = True
             dropped = part.tracker.drop_all()
@@ -187,7 +181,7 @@ class WorkloadRunner:
             part.emit.clear()
             self.counters.dropped_on_revoke += len(dropped)
             del self.parts[(part.topic, part.partition)]
-            self._last_commit.pop((part.topic, part.partition), None)
+            self._commits.forget((part.topic, part.partition))
         return offsets
 
     async def drain(self) -> list[CommitOffset]:
@@ -216,7 +210,7 @@ class WorkloadRunner:
         for task in self._tasks:
             task.cancel()
         self._resolver.close()
-        return self._positions(list(self.parts.values()), only_changed=False)
+        return self._commits.plan(list(self.parts.values()), only_changed=False)
 
     def close(self) -> None:
         self._resolver.close()
@@ -366,7 +360,7 @@ class WorkloadRunner:
                     else:
                         held = self._resolver.resolve(lane, rec, outcome, error)
                     if tap is not None and tap.active(name):
-                        tap.publish(name, rec, _outcome_name(outcome, error))
+                        tap.publish(name, rec, outcome_name(outcome, error))
                 if held:
                     pass  # a retry or a parked record keeps its lane busy: its key waits
                 elif lane.ordered:
@@ -451,7 +445,7 @@ class WorkloadRunner:
                 outcome = outcomes.get(rec)
                 held = self._resolver.resolve(lane, rec, outcome, error)
                 if self._tap is not None and self._tap.active(self.settings.name):
-                    self._tap.publish(self.settings.name, rec, _outcome_name(outcome, error))
+                    self._tap.publish(self.settings.name, rec, outcome_name(outcome, error))
                 if held:  # later records of this lane go back behind the held one, in order
                     lane.queue.extendleft(reversed(recs[i + 1 :]))
             if not held and lane.ordered:
@@ -496,8 +490,7 @@ class WorkloadRunner:
         advanced = part.tracker.complete(rec, now)
         self.counters.completed += 1
         if advanced:
-            self._since_commit += advanced
-            if self._since_commit >= self.settings.commit_every:
+            if self._commits.advanced(advanced):
                 self._commit_now.set()
             if part.paused and len(part.tracker) <= self.settings.max_buffered // 2:
                 part.paused = False
@@ -531,26 +524,9 @@ class WorkloadRunner:
 
     def commit(self, asynchronous: bool) -> None:
         """Send the positions that moved since the last commit to the source."""
-        offsets = self._positions(list(self.parts.values()), only_changed=True)
-        self._since_commit = 0
+        offsets = self._commits.plan(list(self.parts.values()), only_changed=True)
         if offsets:
             self._control.commit(offsets, asynchronous)
-
-    def _positions(self, parts: list[PartitionState], only_changed: bool) -> list[CommitOffset]:
-        offsets: list[CommitOffset] = []
-        for part in parts:
-            position = part.tracker.position
-            if position is None:
-                continue
-            done = part.tracker.done_above()
-            metadata = encode_done(position, done) if done else ""
-            key = (part.topic, part.partition)
-            if only_changed and self._last_commit.get(key) == (position, metadata):
-                continue
-            self._last_commit[key] = (position, metadata)
-            part.tracker.committed = position
-            offsets.append((part.topic, part.partition, position, metadata))
-        return offsets
 
     # ------------------------------------------------------------------ introspection
 
@@ -587,18 +563,3 @@ class WorkloadRunner:
 
     def partitions(self) -> list[PartitionState]:
         return list(self.parts.values())
-
-
-def _outcome_name(outcome: Outcome, error: HandlerError | None) -> str:
-    """The label a live tap shows for a handler result."""
-    if error is not None:
-        return "timeout" if isinstance(error, HandlerTimeout) else "failed"
-    return _OUTCOME_NAMES.get(type(outcome), "ok")
-
-
-_OUTCOME_NAMES: dict[type, str] = {
-    Forward: "forward",
-    Drop: "drop",
-    Retry: "retry",
-    DeadLetter: "dead_letter",
-}

@@ -29,9 +29,10 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from consumers.commits import CommitOffset, PartitionKey
 from consumers.errors import BrokerError, EngineError
 from consumers.partition import PartitionState
-from consumers.runner import CommitOffset, PartitionKey, WorkloadRunner
+from consumers.runner import WorkloadRunner
 from consumers.tracker import decode_done
 
 log = logging.getLogger("lanehouse.source")

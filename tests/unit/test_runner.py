@@ -15,12 +15,13 @@ import pytest
 import pytest_asyncio
 
 from consumers.clock import ManualClock
+from consumers.commits import CommitOffset, PartitionKey
 from consumers.errors import LanehouseError
 from consumers.partition import PartitionState
 from consumers.permits import LocalPermitPool
 from consumers.record import Record
 from consumers.resolution import RetryPolicy
-from consumers.runner import CommitOffset, PartitionKey, RunnerSettings, WorkloadRunner
+from consumers.runner import RunnerSettings, WorkloadRunner
 from consumers.tracker import decode_done, encode_done
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(10)]
