@@ -158,10 +158,15 @@ class WorkloadRunner:
         for part in parts:
             part.closing = True
             part.lanes.clear()
+        producer = self._producer
         drained = await wait_for(
             self._clock,
             self._progress,
-            lambda: all(p.in_flight == 0 for p in parts),
+            # Outputs and dead letters still unacknowledged would be redone by the next owner.
+            lambda: (
+                all(p.in_flight == 0 for p in parts)
+                and (producer is None or producer.in_flight == 0)
+            ),
             self.settings.drain_timeout,
         )
         if not drained:
