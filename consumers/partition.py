@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Hashable
 
 from consumers.lanes import Lane
 from consumers.record import Record
 from consumers.tracker import OffsetTracker
+
+_GENERATIONS = itertools.count()
 
 
 class PartitionState:
@@ -16,6 +19,7 @@ class PartitionState:
     __slots__ = (
         "closing",
         "emit",
+        "generation",
         "high_watermark",
         "in_flight",
         "lanes",
@@ -30,6 +34,8 @@ class PartitionState:
     def __init__(self, topic: str, partition: int, skip: set[int] | None = None) -> None:
         self.topic = topic
         self.partition = partition
+        #: Unique per assignment in this process (logs and tests tell assignments apart by it).
+        self.generation = next(_GENERATIONS)
         self.tracker = OffsetTracker()
         #: Records in delivery order whose outputs are not produced yet (output topic only).
         self.emit: deque[Record] = deque()

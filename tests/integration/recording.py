@@ -34,7 +34,8 @@ async def record(rec: Record) -> None:
     if delay:
         await asyncio.sleep(random.random() * delay)
     value = rec.json()
-    epoch = id(rec._part)  # a new PartitionState per assignment
+    assert rec._part is not None
+    epoch = rec._part.generation  # unique per assignment (an id() could be reused)
     _file().write(f"{value['key']} {value['seq']} {rec.partition} {rec.offset} {epoch}\n")
 
 
