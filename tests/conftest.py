@@ -13,6 +13,7 @@ from types import FrameType
 
 import pytest
 
+from consumers.embedded.pulsar import PulsarLiteBroker, start_pulsar_lite
 from consumers.embedded.tansu import TansuBroker, create_topic, start_tansu
 
 _TIERS = ("unit", "integration", "e2e")
@@ -86,3 +87,16 @@ def _fail_on_thread_exception() -> Iterator[None]:
         threading.excepthook = previous
     if deaths:
         pytest.fail("background thread failed during the test:\n" + "\n".join(deaths))
+
+
+@pytest.fixture(scope="session")
+def pulsar_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PulsarLiteBroker]:
+    """A pulsar-lite broker on a free loopback port, shared by the whole session.
+
+    Its data dir (db, config, log) stays in pytest's temp dir for post-mortems.
+    """
+    broker = start_pulsar_lite(data_dir=tmp_path_factory.mktemp("pulsar-lite"))
+    try:
+        yield broker
+    finally:
+        broker.stop()
