@@ -15,22 +15,19 @@ reference-counts brokers per db and scans ports 6650-6700. Quirks absorbed here 
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import MappingProxyType, TracebackType
-from typing import Any, Final, Self
+from types import MappingProxyType
+from typing import Any, Final
 
 import pulsar
 
+from consumers.embedded.child import HOST, BrokerProcess, accepts_tcp, free_port
 from consumers.errors import BrokerError
 
 __all__ = [
@@ -42,7 +39,6 @@ __all__ = [
     "validate_pulsar_topic",
 ]
 
-HOST: Final = "127.0.0.1"
 CONFIG_TEXT: Final = "[metrics]\nenabled = false\n"
 
 #: ``pulsar.Client(url, **PULSAR_TEST_CLIENT_KWARGS)``: C++ client logs at error level only.
@@ -96,105 +92,23 @@ def pulsar_lite_binary() -> str:
         raise BrokerError(str(exc)) from exc
 
 
-class PulsarLiteBroker:
+class PulsarLiteBroker(BrokerProcess):
     """A running pulsar-lite child; use :func:`start_pulsar_lite`. Leaving ``with`` stops it."""
 
     def __init__(
         self, process: subprocess.Popen[bytes], port: int, data_dir: Path, offset: int, owned: bool
     ) -> None:
-        self._process = process
-        self.port = port
+        log_path = data_dir / "pulsar-lite.log"  # appended to across restarts
+        super().__init__(process, port, log_path, data_dir if owned else None, offset)
         self.data_dir = data_dir
-        self.log_path = data_dir / "pulsar-lite.log"
-        self._log_offset = offset  # the log is appended to across restarts
-        self._owned = owned
-        _running.add(self)
 
     @property
     def url(self) -> str:
         return f"pulsar://{HOST}:{self.port}"
 
     @property
-    def pid(self) -> int:
-        return self._process.pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self._process.poll()
-
-    def alive(self) -> bool:
-        return self._process.poll() is None
-
-    def log_tail(self, lines: int = 40) -> str:
-        """The last ``lines`` lines this run wrote to :attr:`log_path`."""
-        return "\n".join(self._log_text().splitlines()[-lines:])
-
-    def _log_text(self) -> str:
-        try:
-            with self.log_path.open("rb") as log:
-                log.seek(self._log_offset)
-                return log.read().decode("utf-8", errors="replace")
-        except OSError as exc:
-            return f"<log unavailable: {exc}>"
-
-    def stop(self, timeout: float = 5.0) -> int:
-        """SIGTERM, wait up to ``timeout`` s, then SIGKILL. Returns the exit status."""
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                self._process.send_signal(signal.SIGCONT)  # a paused broker cannot exit
-                self._process.send_signal(signal.SIGTERM)
-            try:
-                self._process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-        return self._finish()
-
-    def kill(self) -> int:
-        """SIGKILL (a crash) and reap. Returns the exit status."""
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                self._process.kill()
-        self._process.wait()
-        return self._finish()
-
-    def pause(self) -> None:
-        """SIGSTOP: an outage that keeps connections and data; undo with :meth:`resume`."""
-        self._process.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        self._process.send_signal(signal.SIGCONT)
-
-    def _finish(self) -> int:
-        _running.discard(self)
-        if self._owned:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-            self._owned = False
-        return self._process.returncode
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        state = "running" if self.alive() else f"exited({self.returncode})"
-        return f"PulsarLiteBroker(url={self.url!r}, pid={self.pid}, {state})"
-
-
-_running: set[PulsarLiteBroker] = set()
-
-
-@atexit.register
-def _stop_all_at_exit() -> None:
-    for broker in list(_running):
-        broker.stop()
+    def address(self) -> str:
+        return self.url
 
 
 def start_pulsar_lite(
@@ -209,7 +123,7 @@ def start_pulsar_lite(
     """
     binary = pulsar_lite_binary()
     if port is None:
-        port = _free_port()
+        port = free_port()
     owned = data_dir is None
     data_dir = Path(tempfile.mkdtemp(prefix="lanehouse-pulsar-")) if data_dir is None else data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -238,7 +152,7 @@ def start_pulsar_lite(
 
 def _wait_ready(broker: PulsarLiteBroker, deadline: float) -> None:
     bound = f"Server listening on {HOST}:{broker.port}"
-    while not (bound in broker._log_text() and _accepts_tcp(broker.port)):
+    while not (bound in broker.log_text() and accepts_tcp(broker.port)):
         if not broker.alive():
             raise _died(broker)
         if time.monotonic() > deadline:
@@ -269,18 +183,3 @@ def _died(broker: PulsarLiteBroker) -> BrokerError:
     return BrokerError(
         f"pulsar-lite exited with status {broker.returncode} before it was ready{hint}\n{tail}"
     )
-
-
-def _accepts_tcp(port: int) -> bool:
-    try:
-        with socket.create_connection((HOST, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-    return port

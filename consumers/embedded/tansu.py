@@ -22,12 +22,9 @@ Quirks this module absorbs (see shared NOTES, "Kafka: Tansu"):
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import importlib.resources
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -35,13 +32,14 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import MappingProxyType, TracebackType
-from typing import Final, Self
+from types import MappingProxyType
+from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # typed here; confluent_kafka.admin re-exports it
 
+from consumers.embedded.child import HOST, BrokerProcess, accepts_tcp, free_port
 from consumers.errors import BrokerError
 
 __all__ = [
@@ -53,7 +51,6 @@ __all__ = [
     "validate_topic_name",
 ]
 
-HOST: Final = "127.0.0.1"
 
 #: Client settings that make consumer groups usable against Tansu in tests and demos.
 #: With librdkafka defaults a group join takes ``session.timeout.ms / 2`` (~23 s) here; with
@@ -72,7 +69,6 @@ TEST_CLIENT_CONFIG: Final[Mapping[str, int]] = MappingProxyType(
 
 _TOPIC_CHARS = re.compile(r"[a-zA-Z0-9._-]+")
 _TOPIC_MAX_LEN: Final = 249
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _POLL_INTERVAL: Final = 0.005
 _TCP_LISTEN: Final = "0A"
 _RESULT_GRACE: Final = 5.0  # extra seconds to await an admin future beyond its request timeout
@@ -116,13 +112,15 @@ def tansu_binary() -> str:
         raise BrokerError(str(exc)) from exc
 
 
-class TansuBroker:
+class TansuBroker(BrokerProcess):
     """A running Tansu child process; use :func:`start_tansu` to make one.
 
     A context manager: leaving the ``with`` block stops the broker. Output goes to
     :attr:`log_path`; the temporary directory holding it is removed when the broker stops,
     unless the caller chose the directory.
     """
+
+    stop_signal = signal.SIGINT  # SIGTERM waits 5 s while clients are connected
 
     def __init__(
         self,
@@ -132,101 +130,13 @@ class TansuBroker:
         log_path: Path,
         owned_dir: Path | None,
     ) -> None:
-        self._process = process
-        self.port = port
+        super().__init__(process, port, log_path, owned_dir)
         self.storage = storage
-        self.log_path = log_path
-        self._owned_dir = owned_dir
-        _running.add(self)
 
     @property
     def bootstrap(self) -> str:
         """``host:port`` for ``bootstrap.servers``."""
-        return f"{HOST}:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        return self._process.pid
-
-    @property
-    def returncode(self) -> int | None:
-        """Exit status once the process ended, else ``None``."""
-        return self._process.poll()
-
-    def alive(self) -> bool:
-        return self._process.poll() is None
-
-    def log_tail(self, lines: int = 40) -> str:
-        """The last ``lines`` lines of the broker's output, colour codes stripped."""
-        try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            return f"<log unavailable: {exc}>"
-        return "\n".join(_ANSI.sub("", text).splitlines()[-lines:])
-
-    def stop(self, timeout: float = 5.0) -> int:
-        """SIGINT, wait up to ``timeout`` seconds, then SIGKILL. Returns the exit status."""
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                self._process.send_signal(signal.SIGCONT)  # a paused broker cannot exit
-                self._process.send_signal(signal.SIGINT)
-            try:
-                self._process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-        self._cleanup()
-        return self._process.returncode
-
-    def kill(self) -> int:
-        """SIGKILL (a crash, no shutdown work) and reap. Returns the exit status."""
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                self._process.kill()
-        self._process.wait()
-        self._cleanup()
-        return self._process.returncode
-
-    def pause(self) -> None:
-        """SIGSTOP: the broker stops answering but keeps its data (simulated outage)."""
-        self._process.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        """SIGCONT after :meth:`pause`."""
-        self._process.send_signal(signal.SIGCONT)
-
-    def _cleanup(self) -> None:
-        _running.discard(self)
-        if self._owned_dir is not None:
-            shutil.rmtree(self._owned_dir, ignore_errors=True)
-            self._owned_dir = None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        state = "running" if self.alive() else f"exited({self.returncode})"
-        return f"TansuBroker(bootstrap={self.bootstrap!r}, pid={self.pid}, {state})"
-
-
-#: Brokers not yet stopped. They are stopped when the interpreter exits normally (including
-#: SystemExit and KeyboardInterrupt), so a forgotten broker does not outlive its Python process.
-#: A parent killed by a signal it does not handle (SIGKILL, default SIGTERM) still orphans it.
-_running: set[TansuBroker] = set()
-
-
-@atexit.register
-def _stop_all_at_exit() -> None:
-    for broker in list(_running):
-        broker.stop()
+        return self.address
 
 
 def start_tansu(
@@ -246,7 +156,7 @@ def start_tansu(
     if not storage:
         raise ValueError("storage must be a URL such as 'memory://' or 's3://bucket/'")
     if port is None:
-        port = _free_port()
+        port = free_port()
     elif not _port_is_free(port):
         raise BrokerError(f"cannot start Tansu: {HOST}:{port} is already in use")
 
@@ -276,7 +186,7 @@ def start_tansu(
 
 
 def _wait_ready(broker: TansuBroker, deadline: float) -> None:
-    while not (_serving(broker) and _accepts_tcp(broker.port)):
+    while not (_serving(broker) and accepts_tcp(broker.port)):
         if not broker.alive():
             raise _died(broker)
         if time.monotonic() > deadline:
@@ -338,14 +248,6 @@ def _listening_inodes(port: int) -> set[str] | None:
     return found if seen_any else None
 
 
-def _accepts_tcp(port: int) -> bool:
-    try:
-        with socket.create_connection((HOST, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 def _port_is_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         # Same option Tansu (tokio) binds with, so a port in TIME_WAIT counts as free.
@@ -355,13 +257,6 @@ def _port_is_free(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def create_topic(
