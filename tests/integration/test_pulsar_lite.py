@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pulsar
@@ -189,25 +190,33 @@ def test_restart_on_same_data_dir_redelivers_only_unacked(tmp_path: Path, how: s
         broker.stop()
 
 
+def ack_evens_of_one_batch(
+    client: pulsar.Client, topic: str, receive_ms: int, count: int, **subscribe: Any
+) -> list[int]:
+    """Produce 0..9 as one producer batch, ack the even ones, resubscribe, and return the sorted
+    values of the first ``count`` messages that come back."""
+    consumer = client.subscribe(
+        topic, "s", consumer_type=SHARED, initial_position=EARLIEST, **subscribe
+    )
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=10)
+    for i in range(10):
+        producer.send_async(str(i).encode(), None)
+    producer.flush()
+    for _ in range(10):
+        msg = consumer.receive(5000)
+        if int(msg.data()) % 2 == 0:
+            consumer.acknowledge(msg)
+    consumer.close()
+    consumer = client.subscribe(topic, "s", consumer_type=SHARED, **subscribe)
+    return sorted(int(consumer.receive(receive_ms).data()) for _ in range(count))
+
+
 def test_partly_acked_batch_is_redelivered_whole(pulsar_broker: PulsarLiteBroker) -> None:
     """With producer batching, acking some messages of a batch acks nothing on the broker:
     after a reconnect the whole batch comes back, acked messages included (as in Pulsar
     without batch-index acks). The engine must tolerate these duplicates."""
-    topic = new_topic("batch")
     with client_for(pulsar_broker) as client:
-        consumer = client.subscribe(topic, "s", consumer_type=SHARED, initial_position=EARLIEST)
-        producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=10)
-        for i in range(10):
-            producer.send_async(str(i).encode(), None)
-        producer.flush()
-        for _ in range(10):
-            msg = consumer.receive(5000)
-            if int(msg.data()) % 2 == 0:
-                consumer.acknowledge(msg)
-        consumer.close()
-        consumer = client.subscribe(topic, "s", consumer_type=SHARED)
-        again = sorted(int(consumer.receive(5000).data()) for _ in range(10))
-        assert again == list(range(10))
+        assert ack_evens_of_one_batch(client, new_topic("batch"), 5000, 10) == list(range(10))
 
 
 @pytest.mark.xfail(
@@ -217,23 +226,10 @@ def test_partly_acked_batch_is_redelivered_whole(pulsar_broker: PulsarLiteBroker
 )
 def test_batch_index_ack_keeps_unacked_messages(pulsar_broker: PulsarLiteBroker) -> None:
     """``batch_index_ack_enabled=True`` LOSES the unacked messages of a partly acked batch."""
-    topic = new_topic("batch-index")
     with client_for(pulsar_broker) as client:
-        consumer = client.subscribe(
-            topic, "s", consumer_type=SHARED, initial_position=EARLIEST,
-            batch_index_ack_enabled=True,
-        )  # fmt: skip
-        producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=10)
-        for i in range(10):
-            producer.send_async(str(i).encode(), None)
-        producer.flush()
-        for _ in range(10):
-            msg = consumer.receive(5000)
-            if int(msg.data()) % 2 == 0:
-                consumer.acknowledge(msg)
-        consumer.close()
-        consumer = client.subscribe(topic, "s", consumer_type=SHARED, batch_index_ack_enabled=True)
-        again = sorted(int(consumer.receive(1000).data()) for _ in range(5))
+        again = ack_evens_of_one_batch(
+            client, new_topic("batch-index"), 1000, 5, batch_index_ack_enabled=True
+        )
         assert again == [1, 3, 5, 7, 9]
 
 
