@@ -108,7 +108,7 @@ async def test_shutdown_drains_in_flight_and_commits_only_completed(backend: Bac
     assert summary.counters["completed"] == sum(json.loads(v)["seq"] <= 5 for _, v in records)
 
 
-async def test_failed_record_pins_the_commit_and_metadata_lists_done_offsets(
+async def test_a_parked_record_pins_the_commit_while_other_keys_complete(
     backend: Backend,
 ) -> None:
     topic = backend.make_topic(1)
