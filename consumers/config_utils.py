@@ -15,6 +15,7 @@ import importlib
 import math
 import os
 import re
+import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -209,28 +210,65 @@ def first_error(exc: ValidationError, model: type[BaseModel]) -> tuple[str, str]
     """The dotted field path and a readable reason for the first error of a validation of ``model``.
 
     Inputs are never quoted (they may be secrets); only our own validators' messages and
-    pydantic's input-free messages are used.
+    pydantic's input-free messages are used. The tag pydantic puts in the location of a
+    discriminated union member (``source.kafka.topics``) is left out: it is not a field.
     """
     first = exc.errors(include_url=False)[0]
-    loc = first["loc"]
+    loc, owner = _field_path(model, first["loc"])
     if first["type"] == "value_error":
         reason = str(first["ctx"]["error"])
     elif first["type"] == "extra_forbidden":
-        reason = _unknown_field(model, loc)
-    elif first["type"] == "missing":
+        reason = _unknown_field(owner, loc)
+    elif first["type"] in ("missing", "union_tag_not_found"):
         reason = "this field is required"
+    elif first["type"] == "union_tag_invalid":
+        expected = str(first["ctx"]["expected_tags"]).replace(", ", " or ")
+        reason = f"must be {expected}"
     else:
         reason = first["msg"]
+    if first["type"].startswith("union_tag"):
+        loc = (*loc, first["ctx"]["discriminator"].strip("'"))
     return dotted(loc), reason
 
 
-def _unknown_field(model: type[BaseModel], loc: tuple[int | str, ...]) -> str:
-    for part in loc[:-1]:  # walk down to the model that owns the unknown key
+def _field_path(
+    model: type[BaseModel], loc: tuple[int | str, ...]
+) -> tuple[tuple[int | str, ...], type[BaseModel]]:
+    """``loc`` without union tags, and the model owning its last field."""
+    path: list[int | str] = []
+    parts = list(loc)
+    while parts:
+        part = parts.pop(0)
+        path.append(part)
         field = model.model_fields.get(str(part))
-        annotation = field.annotation if field else None
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        if field is None:
             break
-        model = annotation
+        members = _model_members(field.annotation)
+        if len(members) == 1:
+            model = next(iter(members.values()))
+        elif members and parts and parts[0] in members:
+            model = members[str(parts.pop(0))]
+        else:
+            break
+    path.extend(parts)
+    return tuple(path), model
+
+
+def _model_members(annotation: Any) -> dict[str, type[BaseModel]]:
+    """Models an annotation may hold, by their ``kind`` tag (``""`` for a lone model)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return {"": annotation}
+    members: dict[str, type[BaseModel]] = {}
+    for arg in typing.get_args(annotation):
+        if isinstance(arg, type) and issubclass(arg, BaseModel) and "kind" in arg.model_fields:
+            for tag in typing.get_args(arg.model_fields["kind"].annotation):
+                members[str(tag)] = arg
+        elif members == {} and typing.get_args(arg):
+            members = _model_members(arg)
+    return members
+
+
+def _unknown_field(model: type[BaseModel], loc: tuple[int | str, ...]) -> str:
     allowed = sorted(model.model_fields)
     close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""

@@ -115,3 +115,6 @@ class AckedProducer:
             log.warning("producer %s: %d records unacknowledged at close", self._name, remaining)
         self._stop.set()
         self._thread.join(timeout=5)
+        close = getattr(self._client, "close", None)  # pulsar-client holds threads and sockets
+        if callable(close):
+            close()

@@ -8,13 +8,13 @@ import logging
 from consumers.app import ConsumerApp, Workload, WorkloadSummary
 from consumers.backends.kafka import kafka_consumer_factory
 from consumers.config_utils import import_callable
-from consumers.errors import SpecError
 from consumers.interceptors import load_interceptor
 from consumers.metrics import serve_metrics
-from consumers.producer import kafka_producer_factory
+from consumers.producer import ProducerFactory, kafka_producer_factory
 from consumers.resolution import DeadLetterPolicy, RetryPolicy
 from consumers.runner import RunnerSettings
-from consumers.spec import WorkloadSpec, resolve_handler
+from consumers.source import ConsumerFactory
+from consumers.spec import PulsarSourceSpec, WorkloadSpec, resolve_handler
 
 log = logging.getLogger("lanehouse.run")
 
@@ -50,18 +50,38 @@ def settings_from_spec(spec: WorkloadSpec) -> RunnerSettings:
     )
 
 
-def workload_from_spec(spec: WorkloadSpec) -> Workload:
-    """Bind a spec to its handler and a Kafka client factory (imports the handler)."""
-    if spec.source.kind != "kafka":
-        raise SpecError(f"workload {spec.name!r}", "source.kind", "only kafka is supported yet")
+def client_factories(spec: WorkloadSpec) -> tuple[ConsumerFactory, ProducerFactory]:
+    """The consumer and producer factories for the spec's source kind."""
+    source = spec.source
+    if isinstance(source, PulsarSourceSpec):
+        from consumers.backends.pulsar import (
+            PulsarSettings,
+            pulsar_consumer_factory,
+            pulsar_producer_factory,
+        )
+
+        settings = PulsarSettings(
+            service_url=source.service_url,
+            subscription=source.subscription,
+            subscription_type=source.subscription_type,
+            client_options=source.client_options(),
+            consumer_options=source.consumer_options(),
+        )
+        return pulsar_consumer_factory(settings), pulsar_producer_factory(settings)
     config = spec.client_config()
+    return kafka_consumer_factory(config), kafka_producer_factory(config)
+
+
+def workload_from_spec(spec: WorkloadSpec) -> Workload:
+    """Bind a spec to its handler and its broker's client factories (imports the handler)."""
+    consumer_factory, producer_factory = client_factories(spec)
     return Workload(
         settings=settings_from_spec(spec),
         handler=resolve_handler(spec),
         topics=list(spec.source.topics),
-        consumer_factory=kafka_consumer_factory(config),
+        consumer_factory=consumer_factory,
         pool=spec.permits.pool,
-        producer_factory=kafka_producer_factory(config),
+        producer_factory=producer_factory,
         interceptors=tuple(load_interceptor(import_callable(path)) for path in spec.interceptors),
     )
 

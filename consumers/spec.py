@@ -40,9 +40,14 @@ from consumers.config_utils import (
 )
 from consumers.errors import SpecError
 from consumers.interceptors import load_interceptor
+from consumers.pulsar_options import CLIENT_OPTIONS as PULSAR_CLIENT_OPTIONS
+from consumers.pulsar_options import CONSUMER_OPTIONS as PULSAR_CONSUMER_OPTIONS
+from consumers.pulsar_options import check_pulsar_option, validate_pulsar_topic
 
 __all__ = [
+    "KafkaSourceSpec",
     "PermitSpec",
+    "PulsarSourceSpec",
     "SourceSpec",
     "WorkloadSpec",
     "is_secret_key",
@@ -55,7 +60,7 @@ __all__ = [
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 _TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _HANDLER = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
-_SECRET_MARKERS = ("password", "secret", "sasl.oauthbearer")
+_SECRET_MARKERS = ("password", "secret", "sasl.oauthbearer", "token")
 _RESERVED_KEYS = {
     "enable.auto.commit": "the engine commits an offset only once its record's outcome is durable; auto-commit would commit records still in flight and lose them on a crash",
     "enable.auto.offset.store": "the engine stores offsets itself from its contiguous completed watermark; automatic storing would skip records still in flight",
@@ -104,10 +109,50 @@ class PermitSpec(_Frozen):
     weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
 
 
-class SourceSpec(_Frozen):
-    """The broker, topics and consumer group a workload reads from."""
+def _check_client_config(config: Any, check: Callable[[str, Any], None]) -> Any:
+    if not isinstance(config, dict):
+        return config  # pydantic reports the type error
+    for key, value in config.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"property names must be non-empty strings, got {key!r}")
+        check(key, value)
+        if not isinstance(value, str | int | float | bool | SecretStr):
+            raise ValueError(f"value of {key!r} must be a string, number or boolean")
+    return config
 
-    kind: Literal["kafka", "pulsar"]
+
+def _mask_secrets(config: dict[str, ConfigValue]) -> dict[str, ConfigValue]:
+    return {
+        key: SecretStr(str(value))
+        if is_secret_key(key) and not isinstance(value, SecretStr)
+        else value
+        for key, value in config.items()
+    }
+
+
+def _reveal(config: Mapping[str, ConfigValue]) -> dict[str, str | int | float | bool]:
+    return {
+        key: value.get_secret_value() if isinstance(value, SecretStr) else value
+        for key, value in config.items()
+    }
+
+
+def _check_kafka_key(key: str, _value: object) -> None:
+    if key in _RESERVED_KEYS:
+        raise ValueError(f"{key!r} is owned by the engine and cannot be set: {_RESERVED_KEYS[key]}")
+
+
+def _unique_topics(topics: tuple[str, ...]) -> None:
+    if not topics:
+        raise ValueError("at least one topic is required")
+    if len(set(topics)) != len(topics):
+        raise ValueError("a topic is listed more than once")
+
+
+class KafkaSourceSpec(_Frozen):
+    """The Kafka cluster, topics and consumer group a workload reads from."""
+
+    kind: Literal["kafka"]
     bootstrap_servers: str = Field(min_length=1)
     topics: tuple[str, ...]
     group: str = Field(min_length=1)
@@ -115,44 +160,79 @@ class SourceSpec(_Frozen):
 
     @field_validator("topics")
     @classmethod
-    def _check_topics(cls, topics: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
-        if not topics:
-            raise ValueError("at least one topic is required")
-        if len(set(topics)) != len(topics):
-            raise ValueError("a topic is listed more than once")
-        if info.data.get("kind") == "kafka":
-            for topic in topics:
-                if not _TOPIC.fullmatch(topic) or topic in (".", ".."):
-                    raise ValueError(
-                        f"{topic!r} is not a valid Kafka topic name: use 1-249 of a-z A-Z 0-9 . _ - (not '.' or '..')"
-                    )
+    def _check_topics(cls, topics: tuple[str, ...]) -> tuple[str, ...]:
+        _unique_topics(topics)
+        for topic in topics:
+            _check_topic_name(topic)
         return topics
 
     @field_validator("config", mode="before")
     @classmethod
     def _check_config(cls, config: Any) -> Any:
-        if not isinstance(config, dict):
-            return config  # pydantic reports the type error
-        for key, value in config.items():
-            if not isinstance(key, str) or not key:
-                raise ValueError(f"property names must be non-empty strings, got {key!r}")
-            if key in _RESERVED_KEYS:
-                raise ValueError(
-                    f"{key!r} is owned by the engine and cannot be set: {_RESERVED_KEYS[key]}"
-                )
-            if not isinstance(value, str | int | float | bool | SecretStr):
-                raise ValueError(f"value of {key!r} must be a string, number or boolean")
-        return config
+        return _check_client_config(config, _check_kafka_key)
 
     @field_validator("config")
     @classmethod
-    def _mask_secrets(cls, config: dict[str, ConfigValue]) -> dict[str, ConfigValue]:
-        return {
-            key: SecretStr(str(value))
-            if is_secret_key(key) and not isinstance(value, SecretStr)
-            else value
-            for key, value in config.items()
-        }
+    def _mask(cls, config: dict[str, ConfigValue]) -> dict[str, ConfigValue]:
+        return _mask_secrets(config)
+
+    def topic_name(self, topic: str) -> str:
+        """Validate an output or dead-letter topic for this cluster."""
+        return _check_topic_name(topic)
+
+
+class PulsarSourceSpec(_Frozen):
+    """The Pulsar service, topics and subscription a workload reads from.
+
+    Topics are stored by their full name (``persistent://tenant/namespace/topic``): that is what
+    handlers see in ``record.topic`` and what metrics are labelled with.
+    """
+
+    kind: Literal["pulsar"]
+    service_url: str = Field(min_length=1)
+    topics: tuple[str, ...]
+    subscription: str = Field(min_length=1)
+    subscription_type: Literal["shared", "failover", "key_shared", "exclusive"] = "shared"
+    config: dict[str, ConfigValue] = Field(default_factory=dict)
+
+    @field_validator("service_url")
+    @classmethod
+    def _check_url(cls, url: str) -> str:
+        if not url.startswith(("pulsar://", "pulsar+ssl://")):
+            raise ValueError("service_url must start with pulsar:// or pulsar+ssl://")
+        return url
+
+    @field_validator("topics")
+    @classmethod
+    def _check_topics(cls, topics: tuple[str, ...]) -> tuple[str, ...]:
+        full = tuple(validate_pulsar_topic(topic) for topic in topics)
+        _unique_topics(full)
+        return full
+
+    @field_validator("config", mode="before")
+    @classmethod
+    def _check_config(cls, config: Any) -> Any:
+        return _check_client_config(config, check_pulsar_option)
+
+    @field_validator("config")
+    @classmethod
+    def _mask(cls, config: dict[str, ConfigValue]) -> dict[str, ConfigValue]:
+        return _mask_secrets(config)
+
+    def topic_name(self, topic: str) -> str:
+        """Validate an output or dead-letter topic for this service (returns its full name)."""
+        return validate_pulsar_topic(topic)
+
+    def client_options(self) -> dict[str, str | int | float | bool]:
+        """``pulsar.Client`` keyword options, secrets revealed: give them only to the client."""
+        return {k: v for k, v in _reveal(self.config).items() if k in PULSAR_CLIENT_OPTIONS}
+
+    def consumer_options(self) -> dict[str, str | int | float | bool]:
+        """``Client.subscribe`` keyword options (``initial_position`` still a string)."""
+        return {k: v for k, v in _reveal(self.config).items() if k in PULSAR_CONSUMER_OPTIONS}
+
+
+SourceSpec = Annotated[KafkaSourceSpec | PulsarSourceSpec, Field(discriminator="kind")]
 
 
 def _check_topic_name(topic: str) -> str:
@@ -164,7 +244,8 @@ def _check_topic_name(topic: str) -> str:
     return topic
 
 
-TopicName = Annotated[str, AfterValidator(_check_topic_name)]
+#: An output or dead-letter topic; checked against the source's kind by ``WorkloadSpec``.
+TopicName = Annotated[str, Field(min_length=1)]
 
 
 class RetrySpec(_Frozen):
@@ -219,6 +300,18 @@ class WorkloadSpec(_Frozen):
     output: OutputSpec | None = None
     interceptors: tuple[HandlerPath, ...] = ()
 
+    @field_validator("dead_letter", "output")
+    @classmethod
+    def _check_sink_topic(cls, sink: Any, info: ValidationInfo) -> Any:
+        source = info.data.get("source")
+        if sink is None or source is None:
+            return sink
+        try:
+            topic = source.topic_name(sink.topic)
+        except ValueError as exc:
+            raise ValueError(f"topic: {exc}") from None
+        return sink.model_copy(update={"topic": topic})
+
     @model_validator(mode="after")
     def _no_loops(self) -> WorkloadSpec:
         for field, topic in (
@@ -234,8 +327,13 @@ class WorkloadSpec(_Frozen):
     def _default_group(cls, data: Any) -> Any:
         if isinstance(data, dict) and isinstance(data.get("name"), str):
             source = data.get("source")
-            if isinstance(source, dict) and source.get("group") is None:
-                return {**data, "source": {**source, "group": f"lanehouse.{data['name']}"}}
+            field = (
+                "subscription"
+                if isinstance(source, dict) and source.get("kind") == "pulsar"
+                else "group"
+            )
+            if isinstance(source, dict) and source.get(field) is None:
+                return {**data, "source": {**source, field: f"lanehouse.{data['name']}"}}
         return data
 
     @field_validator("virtual_partitions")
@@ -250,10 +348,11 @@ class WorkloadSpec(_Frozen):
 
     def client_config(self) -> dict[str, str | int | float | bool]:
         """The librdkafka properties for this workload, secrets revealed: give them only to the client."""
-        config: dict[str, str | int | float | bool] = {
-            key: value.get_secret_value() if isinstance(value, SecretStr) else value
-            for key, value in self.source.config.items()
-        }
+        if not isinstance(self.source, KafkaSourceSpec):
+            raise TypeError(
+                f"workload {self.name!r} reads Pulsar; librdkafka properties need Kafka"
+            )
+        config = _reveal(self.source.config)
         config.update(
             {
                 "bootstrap.servers": self.source.bootstrap_servers,
@@ -297,9 +396,6 @@ def load_spec(
         spec = WorkloadSpec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(file, *first_error(exc, WorkloadSpec)) from exc
-    if spec.source.kind == "pulsar":
-        reason = "pulsar sources are not supported yet; use kind: kafka"
-        raise SpecError(file, "source.kind", reason)
     if import_handler:
         resolve_handler(spec, file=file)
         for index, path in enumerate(spec.interceptors):

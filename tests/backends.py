@@ -1,8 +1,12 @@
-"""One test-side interface over the in-memory broker and a real Tansu broker.
+"""One test-side interface over the in-memory broker, a real Tansu broker and a real
+pulsar-lite broker.
 
-Contract tests take the ``backend`` fixture and run unchanged on both; where a backend has a
-known gap (Tansu drops commit metadata), the test marks it ``xfail(strict=True)`` so the gap
+Contract tests take the ``backend`` fixture and run unchanged on all three; where a backend has
+a known gap (Tansu drops commit metadata), the test marks it ``xfail(strict=True)`` so the gap
 closing is noticed too.
+
+Pulsar has no committed offsets: :meth:`PulsarBackend.committed` reports, in the Kafka shape,
+the produced index of the first message the subscription has not acknowledged.
 """
 
 from __future__ import annotations
@@ -16,10 +20,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+import pulsar
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from consumers.backends.kafka import committed_offsets, kafka_consumer_factory, log_end_offsets
 from consumers.backends.memory import MemoryBroker
+from consumers.backends.pulsar import (
+    PulsarSettings,
+    pulsar_consumer_factory,
+    pulsar_producer_factory,
+)
+from consumers.embedded.pulsar import (
+    PULSAR_TEST_CLIENT_KWARGS,
+    PulsarLiteBroker,
+    validate_pulsar_topic,
+)
 from consumers.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker, create_topic
 from consumers.producer import ProducerFactory, kafka_producer_factory
 from consumers.source import ConsumerFactory
@@ -40,7 +55,9 @@ class Stored:
 
 class Backend(Protocol):
     name: str
-    returns_commit_metadata: bool
+    #: A restart does not hand back records completed above the committed position: Kafka
+    #: through commit metadata (Tansu drops it), Pulsar through per-message acknowledgements.
+    remembers_done_work: bool
 
     def make_topic(self, partitions: int) -> str: ...
     def produce(self, topic: str, records: Produced) -> None: ...
@@ -53,7 +70,7 @@ class Backend(Protocol):
 
 class MemoryBackend:
     name = "memory"
-    returns_commit_metadata = True
+    remembers_done_work = True
 
     def __init__(self) -> None:
         self.broker = MemoryBroker()
@@ -92,7 +109,7 @@ class MemoryBackend:
 
 class TansuBackend:
     name = "tansu"
-    returns_commit_metadata = False
+    remembers_done_work = False
 
     def __init__(self, broker: TansuBroker) -> None:
         self.broker = broker
@@ -180,6 +197,160 @@ class TansuBackend:
             return out
         finally:
             consumer.close()
+
+
+#: Property of the marker message :meth:`PulsarBackend.committed` publishes; readers skip it.
+PROBE_PROPERTY = "lanehouse-test-probe"
+Ident = tuple[int, int, int]
+
+
+def _ident(message_id: pulsar.MessageId) -> Ident:
+    return (message_id.ledger_id(), message_id.entry_id(), message_id.batch_index())
+
+
+class PulsarBackend:
+    """pulsar-lite: non-partitioned topics (it has no per-topic partition count), so a test's
+    ``partitions`` all map to partition 0 and the others stay empty."""
+
+    name = "pulsar"
+    remembers_done_work = True
+
+    def __init__(self, broker: PulsarLiteBroker) -> None:
+        self.broker = broker
+        self._produced: dict[str, dict[Ident, int]] = {}
+
+    def _client(self) -> pulsar.Client:
+        return pulsar.Client(self.broker.url, **PULSAR_TEST_CLIENT_KWARGS)
+
+    def make_topic(self, partitions: int) -> str:
+        return validate_pulsar_topic(f"t-{uuid.uuid4().hex[:8]}")
+
+    def produce(self, topic: str, records: Produced) -> None:
+        """Unbatched, so each message is its own entry and acknowledgements are exact."""
+        client = self._client()
+        try:
+            producer = client.create_producer(
+                topic, batching_enabled=False, block_if_queue_full=True
+            )
+            ids: list[pulsar.MessageId | None] = [None] * len(records)
+            failures: list[str] = []
+
+            def sent(index: int) -> Callable[[pulsar.Result, pulsar.MessageId], None]:
+                def done(result: pulsar.Result, message_id: pulsar.MessageId) -> None:
+                    if result == pulsar.Result.Ok:
+                        ids[index] = message_id
+                    else:
+                        failures.append(str(result))
+
+                return done
+
+            for index, (key, value) in enumerate(records):
+                producer.send_async(
+                    value or b"", sent(index), partition_key=key.decode() if key else None
+                )
+            producer.flush()
+            producer.close()
+        finally:
+            client.close()
+        if failures or any(message_id is None for message_id in ids):
+            raise AssertionError(f"produce failed: {failures[:3]}")
+        produced = self._produced.setdefault(topic, {})
+        for message_id in ids:
+            assert message_id is not None
+            produced[_ident(message_id)] = len(produced)
+
+    def settings(self, group: str, **consumer_options: object) -> PulsarSettings:
+        return PulsarSettings(self.broker.url, group, consumer_options=consumer_options)
+
+    def factory(self, group: str, **consumer_options: object) -> ConsumerFactory:
+        return pulsar_consumer_factory(self.settings(group, **consumer_options))
+
+    def committed(self, group: str, topic: str, partitions: int) -> dict[int, int]:
+        """The produced index of the first message ``group`` has not acknowledged.
+
+        Publishes a marker, then reads the subscription up to it: everything unacknowledged
+        before the marker comes first. Run only while the engine's consumer is closed
+        (pulsar-lite refuses a second consumer on a subscription).
+        """
+        produced = self._produced.get(topic, {})
+        client = self._client()
+        unacked: list[int] = []
+        try:
+            consumer = client.subscribe(
+                topic,
+                group,
+                consumer_type=pulsar.ConsumerType.Shared,
+                initial_position=pulsar.InitialPosition.Earliest,
+            )
+            producer = client.create_producer(topic, batching_enabled=False)
+            producer.send(b"", properties={PROBE_PROPERTY: "1"})
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                msg = consumer.receive(5000)
+                if PROBE_PROPERTY in msg.properties():
+                    consumer.acknowledge(msg)
+                    break
+                index = produced.get(_ident(msg.message_id()))
+                if index is not None:
+                    unacked.append(index)
+            else:
+                raise AssertionError(f"the probe of {group} on {topic} did not come back")
+            consumer.close()
+        finally:
+            client.close()
+        first = min(unacked, default=len(produced))
+        return {p: (first if p == 0 else 0) for p in range(partitions)}
+
+    def log_end(self, topic: str, partitions: int) -> dict[int, int]:
+        produced = len(self._produced.get(topic, {}))
+        return {p: (produced if p == 0 else 0) for p in range(partitions)}
+
+    def producer_factory(self) -> ProducerFactory:
+        return pulsar_producer_factory(self.settings("unused"))
+
+    def read(self, topic: str, partitions: int) -> list[list[Stored]]:
+        """Every message of ``topic`` (markers left out), in order, on a fresh subscription."""
+        out: list[list[Stored]] = [[] for _ in range(partitions)]
+        client = self._client()
+        try:
+            consumer = client.subscribe(
+                topic,
+                f"reader-{uuid.uuid4().hex[:8]}",
+                consumer_type=pulsar.ConsumerType.Shared,
+                initial_position=pulsar.InitialPosition.Earliest,
+            )
+            last = consumer.get_last_message_id()
+            end = (last.ledger_id(), last.entry_id())
+            offset = 0
+            at_end = end[1] < 0
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:  # the rest of the last entry's batch is already in the client's queue
+                    msg = consumer.receive(200 if at_end else 5000)
+                except pulsar.Timeout:
+                    if at_end:
+                        break
+                    raise
+                mid = msg.message_id()
+                at_end = at_end or (mid.ledger_id(), mid.entry_id()) >= end
+                properties = msg.properties()
+                if PROBE_PROPERTY in properties:
+                    continue
+                key = msg.partition_key()
+                out[0].append(
+                    Stored(
+                        0,
+                        offset,
+                        key.encode() if key else None,
+                        msg.data(),
+                        {k: v.encode() for k, v in properties.items()},
+                    )
+                )
+                offset += 1
+            consumer.unsubscribe()
+        finally:
+            client.close()
+        return out
 
 
 def assert_all_committed(bootstrap: str, group: str, topic: str, partitions: int) -> None:

@@ -15,7 +15,6 @@ reference-counts brokers per db and scans ports 6650-6700. Quirks absorbed here 
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import tempfile
@@ -29,6 +28,7 @@ import pulsar
 
 from consumers.embedded.child import HOST, BrokerProcess, accepts_tcp, free_port
 from consumers.errors import BrokerError
+from consumers.pulsar_options import validate_pulsar_topic
 
 __all__ = [
     "PULSAR_TEST_CLIENT_KWARGS",
@@ -52,34 +52,7 @@ PULSAR_TEST_PRODUCER_KWARGS: Final[Mapping[str, Any]] = MappingProxyType(
     {"block_if_queue_full": True}
 )
 
-_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 _POLL_INTERVAL: Final = 0.005
-
-
-def validate_pulsar_topic(topic: str) -> str:
-    """Return the full name of ``topic``; raise ``ValueError`` saying why it is invalid.
-
-    Accepts ``persistent://tenant/namespace/topic`` or a short ``topic`` (expanded to
-    ``persistent://public/default/topic``); each part must match ``[a-zA-Z0-9._-]+``.
-    """
-    if not isinstance(topic, str) or not topic:
-        raise ValueError(f"invalid Pulsar topic {topic!r}: must be a non-empty string")
-    scheme, sep, rest = topic.partition("://")
-    if not sep:
-        scheme, rest = "persistent", f"public/default/{topic}"
-    parts = rest.split("/")
-    if scheme != "persistent" or len(parts) != 3:
-        raise ValueError(
-            f"invalid Pulsar topic {topic!r}: expected 'persistent://tenant/namespace/topic' "
-            "or a short name without '/'"
-        )
-    for label, part in zip(("tenant", "namespace", "topic"), parts, strict=True):
-        if not _NAME.fullmatch(part):
-            raise ValueError(
-                f"invalid Pulsar topic {topic!r}: {label} {part!r} must be non-empty ASCII "
-                "letters, digits, '.', '_' or '-'"
-            )
-    return f"persistent://{rest}"
 
 
 def pulsar_lite_binary() -> str:

@@ -211,10 +211,96 @@ def test_engine_owned_client_keys_are_rejected(tmp_path: Path, key: str, why: st
     assert why in err.reason
 
 
-def test_pulsar_is_accepted_by_the_model_but_not_loaded_yet(tmp_path: Path) -> None:
-    err = spec_error(tmp_path, spec_data(source=source(kind="pulsar")))
-    assert err.field == "source.kind"
-    assert "pulsar sources are not supported yet" in err.reason
+def pulsar_source(**overrides: Any) -> dict[str, Any]:
+    return {
+        "kind": "pulsar",
+        "service_url": "pulsar://127.0.0.1:6650",
+        "topics": ["orders"],
+        **overrides,
+    }
+
+
+def test_pulsar_source_gets_full_topic_names_and_a_default_subscription(tmp_path: Path) -> None:
+    data = spec_data(
+        source=pulsar_source(
+            topics=["orders", "persistent://acme/sales/returns"],
+            config={"receiver_queue_size": 500, "io_threads": 2, "initial_position": "latest"},
+        ),
+        dead_letter={"topic": "orders-dlq"},
+        output={"topic": "persistent://acme/sales/enriched"},
+    )
+    spec = load_spec(write(tmp_path, data), env={})
+    assert spec.source.kind == "pulsar"
+    assert spec.source.topics == (
+        "persistent://public/default/orders",
+        "persistent://acme/sales/returns",
+    )
+    assert spec.source.subscription == "lanehouse.clickstream"
+    assert spec.source.subscription_type == "shared"
+    assert spec.source.client_options() == {"io_threads": 2}
+    assert spec.source.consumer_options() == {
+        "receiver_queue_size": 500,
+        "initial_position": "latest",
+    }
+    assert spec.dead_letter is not None and spec.output is not None
+    assert spec.dead_letter.topic == "persistent://public/default/orders-dlq"
+    assert spec.output.topic == "persistent://acme/sales/enriched"
+    with pytest.raises(TypeError, match="Pulsar"):
+        spec.client_config()
+
+
+def test_pulsar_auth_token_is_a_secret(tmp_path: Path) -> None:
+    data = spec_data(source=pulsar_source(config={"auth_token": SECRET}))
+    spec = load_spec(write(tmp_path, data), env={})
+    assert isinstance(spec.source.config["auth_token"], SecretStr)
+    assert SECRET not in repr(spec) and SECRET not in str(spec.model_dump(mode="json"))
+    assert SECRET not in spec_hash(spec)
+    assert spec.source.client_options() == {"auth_token": SECRET}
+
+
+@pytest.mark.parametrize(
+    ("source_data", "field", "words"),
+    [
+        (pulsar_source(service_url="http://x:8080"), "source.service_url", "pulsar://"),
+        (pulsar_source(topics=["a/b"]), "source.topics", "persistent://tenant/namespace/topic"),
+        (pulsar_source(topics=["non-persistent://public/default/x"]), "source.topics", "tenant"),
+        (
+            pulsar_source(topics=["orders", "persistent://public/default/orders"]),
+            "source.topics",
+            "more than once",
+        ),
+        (pulsar_source(subscription_type="round_robin"), "source.subscription_type", "'shared'"),
+        (pulsar_source(config={"recv_queue": 1}), "source.config", "unknown Pulsar option"),
+        (pulsar_source(config={"consumer_type": "x"}), "source.config", "subscription_type"),
+        (
+            pulsar_source(config={"unacked_messages_timeout_ms": 1}),
+            "source.config",
+            "owned by the engine",
+        ),
+        (pulsar_source(config={"receiver_queue_size": "big"}), "source.config", "integer"),
+        (pulsar_source(config={"use_tls": 1}), "source.config", "true or false"),
+        (pulsar_source(config={"initial_position": "middle"}), "source.config", "earliest"),
+        (pulsar_source(bootstrap_servers="x:9092"), "source.bootstrap_servers", "unknown field"),
+        ({"kind": "pulsar", "topics": ["t"]}, "source.service_url", "required"),
+    ],
+)
+def test_invalid_pulsar_source(
+    tmp_path: Path, source_data: dict[str, Any], field: str, words: str
+) -> None:
+    err = spec_error(tmp_path, spec_data(source=source_data), import_handler=False)
+    assert err.field == field
+    assert words in err.reason
+
+
+def test_pulsar_sink_topics_are_checked_as_pulsar_topics(tmp_path: Path) -> None:
+    data = spec_data(source=pulsar_source(), dead_letter={"topic": "a/b"})
+    err = spec_error(tmp_path, data, import_handler=False)
+    assert err.field == "dead_letter"
+    assert "Pulsar topic" in err.reason
+    looping = spec_data(
+        source=pulsar_source(), output={"topic": "persistent://public/default/orders"}
+    )
+    assert "would loop" in spec_error(tmp_path, looping, import_handler=False).reason
 
 
 # --- environment interpolation -------------------------------------------------------------

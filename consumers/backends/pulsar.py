@@ -1,0 +1,422 @@
+"""pulsar-client behind the engine's client protocols, so Pulsar records take the same path as
+Kafka records: lanes, permits, handlers, outcomes, retries, dead letters, outputs, metrics.
+
+    Pulsar topic / partition ─► synthetic (topic, partition index)   stable across restarts
+    Pulsar message           ─► synthetic offset 0, 1, 2, ... per partition and session
+    engine commit(position, done-above metadata)
+                             ─► acknowledge every held message below the position, and the
+                                done ones above it; cumulatively where the subscription allows
+
+Pulsar keeps the acknowledgement state on the broker, per message, so nothing needs to be
+"committed" as a number: the offsets are the engine's own bookkeeping and start from 0 in every
+session (``committed()`` reports none). A message the broker redelivers while its first copy is
+still held (after a reconnect) is recognised by its message id and dropped.
+
+Backpressure: while the engine has paused any partition, ``consume()`` does not call
+``receive`` at all, so the broker stops at the client's bounded receiver queue. A Shared
+subscription over one topic has one partition, so that is exact; with several partitions a
+full one holds back the others too (the client has no per-partition receive).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import pulsar
+from confluent_kafka import OFFSET_INVALID, KafkaError, TopicPartition
+
+from consumers.producer import ProducerFactory, ProducerLike
+from consumers.source import ConsumerFactory, ConsumerLike
+from consumers.tracker import decode_done
+
+log = logging.getLogger("lanehouse.pulsar")
+#: pulsar-client's own (C++) log lines go here instead of stdout.
+CLIENT_LOGGER: Final = logging.getLogger("lanehouse.pulsar.client")
+
+SUBSCRIPTION_TYPES: Final[Mapping[str, pulsar.ConsumerType]] = {
+    "shared": pulsar.ConsumerType.Shared,
+    "failover": pulsar.ConsumerType.Failover,
+    "key_shared": pulsar.ConsumerType.KeyShared,
+    "exclusive": pulsar.ConsumerType.Exclusive,
+}
+#: Subscription types where one consumer sees each partition in order, so a cumulative ack of
+#: the last message below the position acknowledges the whole prefix in one request.
+CUMULATIVE_TYPES: Final = frozenset({"failover", "exclusive"})
+INITIAL_POSITIONS: Final[Mapping[str, pulsar.InitialPosition]] = {
+    "earliest": pulsar.InitialPosition.Earliest,
+    "latest": pulsar.InitialPosition.Latest,
+}
+#: Timestamp type the engine reads from ``MessageLike.timestamp()`` (Kafka's CREATE_TIME).
+_CREATE_TIME: Final = 1
+_PARTITION_SUFFIX: Final = re.compile(r"^(?P<base>.+)-partition-(?P<index>\d+)$")
+
+
+@dataclass(frozen=True)
+class PulsarSettings:
+    """Where and how one workload subscribes (built from a ``PulsarSourceSpec``)."""
+
+    service_url: str
+    subscription: str
+    subscription_type: str = "shared"
+    client_options: Mapping[str, Any] = field(default_factory=dict)
+    consumer_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+def client_kwargs(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``pulsar.Client`` keyword arguments from spec options (``auth_token`` → authentication)."""
+    kwargs = {"logger": CLIENT_LOGGER, **options}
+    token = kwargs.pop("auth_token", None)
+    if token is not None:
+        kwargs["authentication"] = pulsar.AuthenticationToken(token)
+    return kwargs
+
+
+class PulsarMessage:
+    """One received message in the shape the engine reads (``MessageLike``)."""
+
+    __slots__ = ("_headers", "_key", "_offset", "_partition", "_timestamp", "_topic", "_value")
+
+    def __init__(self, topic: str, partition: int, offset: int, msg: pulsar.Message) -> None:
+        self._topic = topic
+        self._partition = partition
+        self._offset = offset
+        key = msg.ordering_key() or msg.partition_key()
+        self._key = key.encode() if key else None
+        self._value = None if msg.has_null_value() else msg.data()
+        properties = msg.properties()
+        self._headers = [(k, v.encode()) for k, v in properties.items()] if properties else None
+        self._timestamp = msg.event_timestamp() or msg.publish_timestamp()
+
+    def error(self) -> None:
+        return None
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return self._headers
+
+    def timestamp(self) -> tuple[int, int]:
+        return (_CREATE_TIME, self._timestamp)
+
+
+MessageIdent = tuple[int, int, int]
+
+
+class _Held:
+    """The messages of one partition received but not yet acknowledged, by synthetic offset."""
+
+    __slots__ = ("by_ident", "by_offset", "last_entry", "low", "next_offset")
+
+    def __init__(self) -> None:
+        self.next_offset = 0
+        self.low = 0  # every offset below is acknowledged
+        self.by_offset: dict[int, tuple[pulsar.MessageId, MessageIdent]] = {}
+        self.by_ident: dict[MessageIdent, int] = {}
+        self.last_entry: tuple[int, int] | None = None
+
+    def hold(self, message_id: pulsar.MessageId) -> int | None:
+        """The offset for a newly received message; ``None`` for a redelivery of a held one."""
+        ident = (message_id.ledger_id(), message_id.entry_id(), message_id.batch_index())
+        if ident in self.by_ident:
+            return None
+        offset = self.next_offset
+        self.next_offset = offset + 1
+        self.by_offset[offset] = (message_id, ident)
+        self.by_ident[ident] = offset
+        self.last_entry = ident[:2]
+        return offset
+
+    def release(self, offset: int) -> pulsar.MessageId | None:
+        held = self.by_offset.pop(offset, None)
+        if held is None:
+            return None
+        del self.by_ident[held[1]]
+        return held[0]
+
+    def release_below(self, position: int) -> list[pulsar.MessageId]:
+        ids = [mid for off in range(self.low, position) if (mid := self.release(off)) is not None]
+        self.low = max(self.low, position)
+        return ids
+
+
+class PulsarConsumer:
+    """A ``ConsumerLike`` over one ``pulsar.Consumer`` (all the workload's topics)."""
+
+    def __init__(
+        self, settings: PulsarSettings, on_commit: Callable[[Any, list[TopicPartition]], None]
+    ) -> None:
+        self._settings = settings
+        self._on_commit = on_commit
+        self._cumulative = settings.subscription_type in CUMULATIVE_TYPES
+        self._client: pulsar.Client | None = None
+        self._consumer: pulsar.Consumer | None = None
+        self._on_assign: Callable[[Any, list[TopicPartition]], None] | None = None
+        #: Pulsar topic name (a partition's own name for partitioned topics) → engine key.
+        self._keys: dict[str, tuple[str, int]] = {}
+        self._held: dict[tuple[str, int], _Held] = {}
+        self._paused: set[tuple[str, int]] = set()
+        self.redelivered = 0
+
+    # ------------------------------------------------------------ ConsumerLike
+
+    def subscribe(self, topics: list[str], **callbacks: Any) -> None:
+        settings = self._settings
+        self._on_assign = callbacks.get("on_assign")
+        self._client = pulsar.Client(settings.service_url, **client_kwargs(settings.client_options))
+        for topic in topics:
+            for name in self._client.get_topic_partitions(topic):
+                self._key_for(name, announce=False)
+        options = dict(settings.consumer_options)
+        position = INITIAL_POSITIONS[options.pop("initial_position", "earliest")]
+        self._consumer = self._client.subscribe(
+            topics if len(topics) > 1 else topics[0],
+            settings.subscription,
+            consumer_type=SUBSCRIPTION_TYPES[settings.subscription_type],
+            initial_position=position,
+            **options,
+        )
+        if self._on_assign is not None:
+            self._on_assign(self, self.assignment())
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
+        """Up to ``num_messages`` already-received messages, waiting at most ``timeout`` for the
+        first; nothing (and no receive) while a partition is paused."""
+        consumer = self._require()
+        if self._paused:
+            time.sleep(max(timeout, 0))
+            return []
+        wait_ms = 0x7FFFFFFF if timeout < 0 else int(timeout * 1000)
+        out: list[Any] = []
+        try:
+            msg = consumer.receive(wait_ms)
+            while True:
+                wrapped = self._wrap(msg)
+                if wrapped is not None:
+                    out.append(wrapped)
+                if len(out) >= num_messages:
+                    break
+                msg = consumer.receive(0)
+        except pulsar.Timeout:
+            pass
+        return out
+
+    def commit(self, *, offsets: list[TopicPartition], asynchronous: bool) -> Any:
+        consumer = self._require()
+        error: KafkaError | None = None
+        for tp in offsets:
+            held = self._held.get((tp.topic, tp.partition))
+            if held is None:
+                continue
+            done = decode_done(tp.offset, tp.metadata) if tp.metadata else set()
+            below = held.release_below(tp.offset)
+            above = [mid for off in sorted(done) if (mid := held.release(off)) is not None]
+            try:
+                if self._cumulative and below:
+                    consumer.acknowledge_cumulative(below[-1])
+                else:
+                    above = below + above
+                for mid in above:
+                    consumer.acknowledge(mid)
+            except pulsar.PulsarException as exc:
+                # Released messages are redelivered after a restart: a replay, never a loss.
+                error = KafkaError(KafkaError._FAIL, f"acknowledge failed: {exc}")
+        if asynchronous:
+            self._on_commit(error, offsets)
+            return None
+        if error is not None:
+            from confluent_kafka import KafkaException
+
+            raise KafkaException(error)
+        return offsets
+
+    def committed(self, partitions: list[TopicPartition], timeout: float = -1) -> Any:
+        """Nothing: Pulsar keeps per-message acknowledgements, the offsets are per session."""
+        return [TopicPartition(tp.topic, tp.partition, OFFSET_INVALID) for tp in partitions]
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        self._paused.update((tp.topic, tp.partition) for tp in partitions)
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        self._paused.difference_update((tp.topic, tp.partition) for tp in partitions)
+
+    def assignment(self) -> list[TopicPartition]:
+        return [TopicPartition(topic, index) for topic, index in self._held]
+
+    def get_watermark_offsets(self, partition: TopicPartition, **kw: Any) -> tuple[int, int]:
+        """``(-1, high)`` where ``high - position`` estimates the backlog, else ``(-1, -1)``.
+
+        The estimate is the entries between the last one received and the topic's last one,
+        available for one non-partitioned topic (one message per entry unless producers batch).
+        """
+        held = self._held.get((partition.topic, partition.partition))
+        if held is None or len(self._held) != 1 or held.last_entry is None:
+            return (-1, -1)
+        try:
+            last = self._require().get_last_message_id()
+        except pulsar.PulsarException:
+            return (-1, -1)
+        ledger, entry = held.last_entry
+        if last.ledger_id() != ledger:
+            return (-1, -1)
+        return (-1, held.next_offset + max(last.entry_id() - entry, 0))
+
+    def close(self) -> None:
+        try:
+            if self._consumer is not None:
+                self._consumer.close()
+        finally:
+            if self._client is not None:
+                self._client.close()
+            self._consumer = self._client = None
+
+    # ------------------------------------------------------------ internals
+
+    def _require(self) -> pulsar.Consumer:
+        if self._consumer is None:
+            raise RuntimeError("the Pulsar consumer is not subscribed (or already closed)")
+        return self._consumer
+
+    def _key_for(self, name: str, announce: bool = True) -> tuple[str, int]:
+        key = self._keys.get(name)
+        if key is None:
+            match = _PARTITION_SUFFIX.match(name)
+            key = (match["base"], int(match["index"])) if match else (name, 0)
+            self._keys[name] = key
+            self._held[key] = _Held()
+            if announce and self._on_assign is not None:
+                # A partition added while running: announced before its first message.
+                self._on_assign(self, [TopicPartition(*key)])
+        return key
+
+    def _wrap(self, msg: pulsar.Message) -> PulsarMessage | None:
+        key = self._keys.get(msg.topic_name()) or self._key_for(msg.topic_name())
+        offset = self._held[key].hold(msg.message_id())
+        if offset is None:
+            self.redelivered += 1
+            return None
+        return PulsarMessage(key[0], key[1], offset, msg)
+
+
+def pulsar_consumer_factory(settings: PulsarSettings) -> ConsumerFactory:
+    """A factory for :class:`consumers.source.SourceThread`."""
+
+    def build(on_commit: Callable[[Any, list[TopicPartition]], None]) -> ConsumerLike:
+        return PulsarConsumer(settings, on_commit)
+
+    return build
+
+
+# ---------------------------------------------------------------- producing
+
+
+class PulsarProducer:
+    """A ``ProducerLike`` over pulsar-client: one producer per topic, created on first use.
+
+    Never blocks the caller: past ``max_pending`` unacknowledged sends it raises ``BufferError``
+    (the engine retries shortly), so the client's own queue never refuses a message. Keys become
+    the partition key and headers become message properties; Pulsar needs both as UTF-8 text,
+    so other bytes fail that record's delivery with a clear error.
+    """
+
+    def __init__(
+        self, service_url: str, client_options: Mapping[str, Any], max_pending: int = 10_000
+    ) -> None:
+        self._client = pulsar.Client(service_url, **client_kwargs(client_options))
+        self._producers: dict[str, pulsar.Producer] = {}
+        self._max_pending = max_pending
+        self._pending = 0
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, **kw: Any) -> None:
+        on_delivery: Callable[[str | None, Any], None] = kw.get("on_delivery") or _ignore
+        if self._pending >= self._max_pending:
+            raise BufferError("too many unacknowledged Pulsar sends")
+        try:
+            partition_key = key.decode() if key else None
+            properties = {name: data.decode() for name, data in kw.get("headers") or ()}
+        except UnicodeDecodeError:
+            on_delivery("Pulsar keys and properties must be UTF-8 text", None)
+            return
+        producer = self._producers.get(topic) or self._create(topic)
+        with self._lock:
+            self._pending += 1
+
+        def sent(result: pulsar.Result, _msg_id: pulsar.MessageId) -> None:
+            with self._idle:
+                self._pending -= 1
+                self._idle.notify_all()
+            on_delivery(
+                None if result == pulsar.Result.Ok else f"Pulsar send failed: {result}", None
+            )
+
+        producer.send_async(
+            value if value is not None else b"",
+            sent,
+            properties=properties or None,
+            partition_key=partition_key,
+        )
+
+    def poll(self, timeout: float = -1) -> int:
+        """Callbacks run on pulsar-client's own threads; nothing to serve here."""
+        time.sleep(max(timeout, 0))
+        return 0
+
+    def flush(self, timeout: float = -1) -> int:
+        """Wait for every send to be acknowledged; the number still pending."""
+        deadline = None if timeout < 0 else time.monotonic() + timeout
+        for producer in list(self._producers.values()):
+            producer.flush()
+        with self._idle:
+            while self._pending:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                self._idle.wait(left)
+            return self._pending
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _create(self, topic: str) -> pulsar.Producer:
+        producer = self._client.create_producer(
+            topic,
+            batching_enabled=True,
+            batching_max_publish_delay_ms=5,
+            block_if_queue_full=False,
+            max_pending_messages=self._max_pending + 1,
+        )
+        self._producers[topic] = producer
+        return producer
+
+
+def _ignore(_err: str | None, _msg: Any) -> None:
+    return None
+
+
+def pulsar_producer_factory(settings: PulsarSettings) -> ProducerFactory:
+    """Outputs and dead letters of a Pulsar workload, on its own client."""
+
+    def build() -> ProducerLike:
+        return PulsarProducer(settings.service_url, settings.client_options)
+
+    return build
