@@ -201,11 +201,58 @@ class TansuBackend:
 
 #: Property of the marker message :meth:`PulsarBackend.committed` publishes; readers skip it.
 PROBE_PROPERTY = "lanehouse-test-probe"
-Ident = tuple[int, int, int]
+Ident = tuple[int, int, int, int]
 
 
 def _ident(message_id: pulsar.MessageId) -> Ident:
-    return (message_id.ledger_id(), message_id.entry_id(), message_id.batch_index())
+    return (
+        message_id.partition(),
+        message_id.ledger_id(),
+        message_id.entry_id(),
+        message_id.batch_index(),
+    )
+
+
+def unacknowledged(broker: PulsarLiteBroker, subscription: str, topic: str) -> list[Ident]:
+    """Ids of the messages of ``topic`` that ``subscription`` has not acknowledged.
+
+    Publishes a marker to every partition, then reads the subscription until all markers came
+    back: in each partition, unacknowledged messages come before its marker. pulsar-lite refuses
+    a second consumer on a subscription, so call this while the engine's consumer is closed.
+    """
+    client = pulsar.Client(broker.url, **PULSAR_TEST_CLIENT_KWARGS)
+    found: list[Ident] = []
+    try:
+        consumer = client.subscribe(
+            topic,
+            subscription,
+            consumer_type=pulsar.ConsumerType.Shared,
+            initial_position=pulsar.InitialPosition.Earliest,
+        )
+        partitions = client.get_topic_partitions(topic)
+        for index in range(len(partitions)):
+            # Routed, not sent to the partition's own name: pulsar-lite would treat that as a
+            # new topic (and partition it too).
+            producer = client.create_producer(
+                topic, batching_enabled=False, message_router=lambda _m, _n, i=index: i
+            )
+            producer.send(b"", properties={PROBE_PROPERTY: "1"})
+            producer.close()
+        markers = 0
+        deadline = time.monotonic() + 30
+        while markers < len(partitions):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the probe of {subscription} on {topic} did not come back")
+            msg = consumer.receive(5000)
+            if PROBE_PROPERTY in msg.properties():
+                consumer.acknowledge(msg)
+                markers += 1
+            else:
+                found.append(_ident(msg.message_id()))
+        consumer.close()
+    finally:
+        client.close()
+    return found
 
 
 class PulsarBackend:
@@ -266,38 +313,10 @@ class PulsarBackend:
         return pulsar_consumer_factory(self.settings(group, **consumer_options))
 
     def committed(self, group: str, topic: str, partitions: int) -> dict[int, int]:
-        """The produced index of the first message ``group`` has not acknowledged.
-
-        Publishes a marker, then reads the subscription up to it: everything unacknowledged
-        before the marker comes first. Run only while the engine's consumer is closed
-        (pulsar-lite refuses a second consumer on a subscription).
-        """
+        """The produced index of the first message ``group`` has not acknowledged (the Kafka
+        shape); run only while the engine's consumer is closed."""
         produced = self._produced.get(topic, {})
-        client = self._client()
-        unacked: list[int] = []
-        try:
-            consumer = client.subscribe(
-                topic,
-                group,
-                consumer_type=pulsar.ConsumerType.Shared,
-                initial_position=pulsar.InitialPosition.Earliest,
-            )
-            producer = client.create_producer(topic, batching_enabled=False)
-            producer.send(b"", properties={PROBE_PROPERTY: "1"})
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                msg = consumer.receive(5000)
-                if PROBE_PROPERTY in msg.properties():
-                    consumer.acknowledge(msg)
-                    break
-                index = produced.get(_ident(msg.message_id()))
-                if index is not None:
-                    unacked.append(index)
-            else:
-                raise AssertionError(f"the probe of {group} on {topic} did not come back")
-            consumer.close()
-        finally:
-            client.close()
+        unacked = [produced[i] for i in unacknowledged(self.broker, group, topic) if i in produced]
         first = min(unacked, default=len(produced))
         return {p: (first if p == 0 else 0) for p in range(partitions)}
 

@@ -85,7 +85,10 @@ class PulsarLiteBroker(BrokerProcess):
 
 
 def start_pulsar_lite(
-    port: int | None = None, data_dir: Path | None = None, startup_timeout: float = 10.0
+    port: int | None = None,
+    data_dir: Path | None = None,
+    startup_timeout: float = 10.0,
+    default_partitions: int = 0,
 ) -> PulsarLiteBroker:
     """Start pulsar-lite on ``127.0.0.1:port`` (free port when ``None``) and wait until it serves.
 
@@ -101,7 +104,10 @@ def start_pulsar_lite(
     data_dir = Path(tempfile.mkdtemp(prefix="lanehouse-pulsar-")) if data_dir is None else data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
     config = data_dir / "pulsar-lite.toml"
-    config.write_text(CONFIG_TEXT)
+    if default_partitions < 0:
+        raise ValueError("default_partitions must be >= 0")
+    partitions = f"default_partitions = {default_partitions}\n" if default_partitions else ""
+    config.write_text(partitions + CONFIG_TEXT)
     cmd = [binary, "--config", str(config), "--addr", f"{HOST}:{port}"]
     cmd += ["--db-path", str(data_dir / "db"), "--log-level", "info"]
     with (data_dir / "pulsar-lite.log").open("ab") as log:

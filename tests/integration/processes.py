@@ -7,15 +7,36 @@ import subprocess
 import sys
 from pathlib import Path
 
+from consumers.embedded.pulsar import PulsarLiteBroker
 from consumers.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
 from tests.integration.recording import order_violations, read_run
 
 REPO = Path(__file__).resolve().parents[2]
 
 
+def source_yaml(broker: TansuBroker | PulsarLiteBroker, topic: str, group: str) -> str:
+    """The ``source:`` block of a spec reading ``topic`` as ``group`` (a Pulsar subscription)."""
+    if isinstance(broker, PulsarLiteBroker):
+        return f"""source:
+  kind: pulsar
+  service_url: {broker.url}
+  topics: [{topic}]
+  subscription: {group}
+"""
+    config = "\n".join(f"    {k}: {v}" for k, v in TEST_CLIENT_CONFIG.items())
+    return f"""source:
+  kind: kafka
+  bootstrap_servers: {broker.bootstrap}
+  topics: [{topic}]
+  group: {group}
+  config:
+{config}
+"""
+
+
 def write_spec(
     path: Path,
-    broker: TansuBroker,
+    broker: TansuBroker | PulsarLiteBroker,
     topic: str,
     group: str,
     concurrency: int,
@@ -23,17 +44,9 @@ def write_spec(
     extra: str = "",
 ) -> Path:
     """A spec for ``lanehouse consume`` whose handler is ``tests.integration.recording:<handler>``."""
-    config = "\n".join(f"    {k}: {v}" for k, v in TEST_CLIENT_CONFIG.items())
     path.write_text(
         f"""name: recorder
-source:
-  kind: kafka
-  bootstrap_servers: {broker.bootstrap}
-  topics: [{topic}]
-  group: {group}
-  config:
-{config}
-handler: tests.integration.recording:{handler}
+{source_yaml(broker, topic, group)}handler: tests.integration.recording:{handler}
 ordering: key
 concurrency: {concurrency}
 commit_interval: 200ms
