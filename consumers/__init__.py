@@ -1,4 +1,4 @@
-"""Lanehouse's consumer engine: lanes, permits and a commit engine over Kafka clients.
+"""Lanehouse's consumer engine: lanes, permits and a commit engine over Kafka and Pulsar clients.
 
 The public API is what ``__all__`` lists; everything else may change without notice.
 """

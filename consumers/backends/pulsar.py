@@ -31,6 +31,7 @@ from typing import Any, Final
 import pulsar
 from confluent_kafka import OFFSET_INVALID, KafkaError, TopicPartition
 
+from consumers.errors import BrokerError
 from consumers.producer import ProducerFactory, ProducerLike
 from consumers.source import ConsumerFactory, ConsumerLike
 from consumers.tracker import decode_done
@@ -182,18 +183,25 @@ class PulsarConsumer:
         settings = self._settings
         self._on_assign = callbacks.get("on_assign")
         self._client = pulsar.Client(settings.service_url, **client_kwargs(settings.client_options))
-        for topic in topics:
-            for name in self._client.get_topic_partitions(topic):
-                self._key_for(name, announce=False)
         options = dict(settings.consumer_options)
         position = INITIAL_POSITIONS[options.pop("initial_position", "earliest")]
-        self._consumer = self._client.subscribe(
-            topics if len(topics) > 1 else topics[0],
-            settings.subscription,
-            consumer_type=SUBSCRIPTION_TYPES[settings.subscription_type],
-            initial_position=position,
-            **options,
-        )
+        try:
+            for topic in topics:
+                for name in self._client.get_topic_partitions(topic):
+                    self._key_for(name, announce=False)
+            self._consumer = self._client.subscribe(
+                topics if len(topics) > 1 else topics[0],
+                settings.subscription,
+                consumer_type=SUBSCRIPTION_TYPES[settings.subscription_type],
+                initial_position=position,
+                **options,
+            )
+        except pulsar.PulsarException as exc:
+            self.close()
+            raise BrokerError(
+                f"cannot subscribe {settings.subscription!r} to {topics} on "
+                f"{settings.service_url}: {exc}"
+            ) from exc
         if self._on_assign is not None:
             self._on_assign(self, self.assignment())
 

@@ -19,6 +19,7 @@ from consumers.app import ConsumerApp, Workload
 from consumers.backends.pulsar import PulsarConsumer, PulsarProducer, PulsarSettings
 from consumers.embedded.pulsar import PulsarLiteBroker, start_pulsar_lite
 from consumers.embedded.tansu import TansuBroker
+from consumers.errors import BrokerError
 from consumers.record import Record
 from consumers.runner import RunnerSettings
 from consumers.sample import produce_sample
@@ -310,3 +311,14 @@ async def test_kafka_and_pulsar_workloads_share_one_pool_by_weight(
     print(f"\nshares kafka {kafka_share:.1f} / pulsar {pulsar_share:.1f}; max {running['max']}")
     assert 14 <= kafka_share <= 16 and 4 <= pulsar_share <= 6, (kafka_share, pulsar_share)
     assert backend.committed("g-mixed", pulsar_topic, 1) == {0: 4000}
+
+
+def test_an_unreachable_service_is_a_broker_error_naming_it() -> None:
+    from consumers.embedded.child import free_port
+
+    url = f"pulsar://127.0.0.1:{free_port()}"
+    settings = PulsarSettings(url, "g", client_options={"operation_timeout_seconds": 1})
+    consumer = PulsarConsumer(settings, on_commit=lambda *_: None)
+    with pytest.raises(BrokerError, match="cannot subscribe 'g'") as info:
+        consumer.subscribe(["persistent://public/default/nowhere"])
+    assert url in str(info.value)
