@@ -1,12 +1,14 @@
 """The ``lanehouse`` command line.
 
 Commands:
-    broker    run a Tansu (Kafka API) broker in the foreground until Ctrl-C or SIGTERM
-    produce   write keyed sample records (per-key sequence numbers) to a topic
+    broker    run embedded brokers in the foreground until Ctrl-C or SIGTERM: Tansu (Kafka
+              API), pulsar-lite (Pulsar protocol) or both
+    produce   write keyed sample records (per-key sequence numbers) to a Kafka or Pulsar topic
     validate  check workload specs (and import their handlers) without running anything
     consume   run workloads in this process until a signal or idleness
-    demo      embedded broker, sample stream, one workload, a verified summary
-    dead-letters list|replay   show a workload's dead letters, or republish them
+    demo      embedded brokers, a Kafka and a Pulsar stream, both workloads on one permit pool,
+              a verified summary
+    dead-letters list|replay   show a (Kafka) workload's dead letters, or republish them
 
 This module must stay importable without Dagster or Spark: commands that need them import them
 inside the command function, so ``lanehouse --help`` and ``lanehouse produce`` start fast.
@@ -14,9 +16,12 @@ inside the command function, so ``lanehouse --help`` and ``lanehouse produce`` s
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
+from collections.abc import Iterator
+from enum import StrEnum
 from pathlib import Path
 from types import FrameType
 from typing import Annotated
@@ -36,11 +41,13 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from consumers.embedded.child import BrokerProcess
 from consumers.embedded.tansu import start_tansu, validate_topic_name
 from consumers.errors import BrokerError, LanehouseError, SpecError
+from consumers.pulsar_options import validate_pulsar_topic
 from consumers.run import run_specs
-from consumers.sample import produce_sample
-from consumers.spec import WorkloadSpec, load_specs
+from consumers.sample import produce_pulsar_sample, produce_sample
+from consumers.spec import KafkaSourceSpec, PulsarSourceSpec, WorkloadSpec, load_specs
 
 app = typer.Typer(
     name="lanehouse",
@@ -51,6 +58,8 @@ app = typer.Typer(
 err_console = Console(stderr=True)
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_KAFKA_PORT = 9092
+DEFAULT_PULSAR_PORT = 6650
 _LIVENESS_INTERVAL = 0.2  # seconds between checks that the foreground broker still runs
 
 
@@ -58,11 +67,19 @@ def _error(message: str) -> None:
     err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False)
 
 
-def _topic_name(value: str) -> str:
+def _topic_name(value: str, param_hint: str | None = None) -> str:
     try:
         return validate_topic_name(value)
     except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from exc
+        raise typer.BadParameter(str(exc), param_hint=param_hint) from exc
+
+
+def _pulsar_topic(value: str, param_hint: str | None = None) -> str:
+    """The full name of a Pulsar topic given short or full."""
+    try:
+        return validate_pulsar_topic(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=param_hint) from exc
 
 
 def _positive_rate(value: float | None) -> float | None:
@@ -71,9 +88,31 @@ def _positive_rate(value: float | None) -> float | None:
     return value
 
 
+class BrokerKind(StrEnum):
+    kafka = "kafka"
+    pulsar = "pulsar"
+    both = "both"
+
+
 @app.command()
 def broker(
-    port: Annotated[int, typer.Option(min=1, max=65535, help="Port on 127.0.0.1.")] = 9092,
+    kind: Annotated[
+        BrokerKind,
+        typer.Option(
+            help="Which broker to run: kafka (Tansu), pulsar (pulsar-lite) or both side by side."
+        ),
+    ] = BrokerKind.kafka,
+    kafka_port: Annotated[
+        int | None,
+        typer.Option(
+            "--kafka-port",
+            "--port",
+            min=1,
+            max=65535,
+            show_default=False,
+            help=f"Kafka port on 127.0.0.1 (default {DEFAULT_KAFKA_PORT}).",
+        ),
+    ] = None,
     storage: Annotated[
         str,
         typer.Option(
@@ -81,14 +120,91 @@ def broker(
             "(with AWS_ENDPOINT, AWS_ACCESS_KEY_ID, ... in the environment)."
         ),
     ] = "memory://",
+    pulsar_port: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            show_default=False,
+            help=f"Pulsar port on 127.0.0.1 (default {DEFAULT_PULSAR_PORT}).",
+        ),
+    ] = None,
+    pulsar_data: Annotated[
+        Path | None,
+        typer.Option(
+            file_okay=False,
+            show_default=False,
+            help="pulsar-lite data directory, kept on exit so a restart finds its topics, "
+            "messages and subscriptions (default: a temporary one, removed on exit).",
+        ),
+    ] = None,
 ) -> None:
-    """Run a Tansu broker in the foreground; Ctrl-C or SIGTERM stops it cleanly."""
-    try:
-        tansu = start_tansu(port, storage)
-    except BrokerError as exc:
-        _error(str(exc))
-        raise typer.Exit(1) from exc
+    """Run embedded brokers in the foreground; Ctrl-C or SIGTERM stops them cleanly.
 
+    Prints `Kafka bootstrap: HOST:PORT` and/or `Pulsar service URL: pulsar://HOST:PORT` on
+    stdout once each broker serves, for KAFKA_BOOTSTRAP and PULSAR_URL.
+    """
+    want_kafka = kind in (BrokerKind.kafka, BrokerKind.both)
+    want_pulsar = kind in (BrokerKind.pulsar, BrokerKind.both)
+    for hint, given, which, started_here in [
+        ("'--kafka-port' / '--port'", kafka_port is not None, "Kafka", want_kafka),
+        ("'--storage'", storage != "memory://", "Kafka", want_kafka),
+        ("'--pulsar-port'", pulsar_port is not None, "Pulsar", want_pulsar),
+        ("'--pulsar-data'", pulsar_data is not None, "Pulsar", want_pulsar),
+    ]:
+        if given and not started_here:
+            raise typer.BadParameter(
+                f"sets up the {which} broker, which --kind {kind} does not start",
+                param_hint=hint,
+            )
+
+    started: list[tuple[str, BrokerProcess]] = []
+    # Handlers first: a signal while a broker starts still stops the ones already running.
+    with _stop_on_signal() as stop:
+        try:
+            if want_kafka:
+                tansu = start_tansu(kafka_port or DEFAULT_KAFKA_PORT, storage)
+                started.append(("Tansu", tansu))
+                print(f"Kafka bootstrap: {tansu.bootstrap}", flush=True)
+                err_console.print(
+                    escape(f"Tansu pid {tansu.pid}, storage {storage}, log {tansu.log_path}"),
+                    highlight=False,
+                )
+            if want_pulsar:
+                from consumers.embedded.pulsar import start_pulsar_lite  # loads pulsar-client
+
+                lite = start_pulsar_lite(pulsar_port or DEFAULT_PULSAR_PORT, pulsar_data)
+                started.append(("pulsar-lite", lite))
+                print(f"Pulsar service URL: {lite.url}", flush=True)
+                kept = "kept" if pulsar_data is not None else "removed on exit"
+                err_console.print(
+                    escape(
+                        f"pulsar-lite pid {lite.pid}, data {lite.data_dir} ({kept}), "
+                        f"log {lite.log_path}"
+                    ),
+                    highlight=False,
+                )
+            err_console.print("Ctrl-C stops " + " and ".join(name for name, _ in started) + ".")
+            while not stop.wait(_LIVENESS_INTERVAL):
+                for name, process in started:
+                    # A terminal's Ctrl-C reaches the brokers too: give our handler a moment.
+                    if not process.alive() and not stop.wait(_LIVENESS_INTERVAL):
+                        _error(
+                            f"{name} exited with status {process.returncode}\n{process.log_tail()}"
+                        )
+                        raise typer.Exit(1)
+        except BrokerError as exc:
+            _error(str(exc))
+            raise typer.Exit(1) from exc
+        finally:
+            for name, process in reversed(started):
+                process.stop()
+                err_console.print(f"{name} stopped.")
+
+
+@contextlib.contextmanager
+def _stop_on_signal() -> Iterator[threading.Event]:
+    """An event set by SIGINT or SIGTERM while inside; the previous handlers come back after."""
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -96,22 +212,10 @@ def broker(
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        print(f"Kafka bootstrap: {tansu.bootstrap}", flush=True)
-        err_console.print(
-            escape(f"Tansu pid {tansu.pid}, storage {storage}, log {tansu.log_path}")
-            + "; Ctrl-C stops it.",
-            highlight=False,
-        )
-        while not stop.wait(_LIVENESS_INTERVAL):
-            # A terminal's Ctrl-C reaches the broker too: give our handler a moment to see it.
-            if not tansu.alive() and not stop.wait(_LIVENESS_INTERVAL):
-                _error(f"Tansu exited with status {tansu.returncode}\n{tansu.log_tail()}")
-                raise typer.Exit(1)
+        yield stop
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        tansu.stop()
-    err_console.print("Tansu stopped.")
 
 
 class _RateColumn(ProgressColumn):
@@ -136,7 +240,13 @@ def _progress(transient: bool = False) -> Progress:
 
 @app.command()
 def produce(
-    topic: Annotated[str, typer.Option(callback=_topic_name, help="Topic to write to.")],
+    topic: Annotated[
+        str,
+        typer.Option(
+            help="Topic to write to. With --pulsar: a short name (in public/default) or "
+            "persistent://TENANT/NAMESPACE/TOPIC."
+        ),
+    ],
     count: Annotated[int, typer.Option(min=1, help="Number of records.")],
     keys: Annotated[int, typer.Option(min=1, help="Number of distinct keys k0..k{keys-1}.")],
     rate: Annotated[
@@ -145,36 +255,80 @@ def produce(
     ] = None,
     partitions: Annotated[
         int | None,
-        typer.Option(min=1, help="Create the topic with this many partitions (kept if it exists)."),
+        typer.Option(
+            min=1,
+            help="Kafka only: create the topic with this many partitions (kept if it exists).",
+        ),
     ] = None,
     bootstrap: Annotated[
         str, typer.Option(envvar="KAFKA_BOOTSTRAP", help="Kafka bootstrap servers.")
     ] = DEFAULT_BOOTSTRAP,
+    pulsar: Annotated[
+        str | None,
+        typer.Option(
+            "--pulsar",
+            metavar="URL",
+            help="Write to the Pulsar service at URL (e.g. pulsar://127.0.0.1:6650) instead of "
+            "Kafka. The topic is created on first write, unpartitioned; the key becomes the "
+            "message's partition key.",
+        ),
+    ] = None,
     value_size: Annotated[int, typer.Option(min=0, help="Pad each value to this many bytes.")] = 0,
     seed: Annotated[int, typer.Option(help="Seed of the key order (same seed, same data).")] = 0,
 ) -> None:
     """Write keyed JSON sample records {key, seq, ts, pad} with per-key sequence numbers."""
+    if pulsar is None:
+        topic = _topic_name(topic, "'--topic'")
+    else:
+        if not pulsar.startswith(("pulsar://", "pulsar+ssl://")):
+            raise typer.BadParameter(
+                f"{pulsar!r} is not a Pulsar service URL (pulsar://HOST:PORT or "
+                "pulsar+ssl://HOST:PORT)",
+                param_hint="'--pulsar'",
+            )
+        if partitions is not None:
+            raise typer.BadParameter(
+                "is for Kafka topics; a Pulsar topic is created unpartitioned on first write",
+                param_hint="'--partitions'",
+            )
+        topic = _pulsar_topic(topic, "'--topic'")
     progress = _progress()
     with progress:
         task = progress.add_task(f"produce {topic}", total=count)
+
+        def report(done: int) -> None:
+            progress.update(task, completed=done)
+
         try:
-            summary = produce_sample(
-                bootstrap,
-                topic,
-                count,
-                keys,
-                rate=rate,
-                partitions=partitions,
-                progress=lambda done: progress.update(task, completed=done),
-                value_size=value_size,
-                seed=seed,
-            )
+            if pulsar is None:
+                summary = produce_sample(
+                    bootstrap,
+                    topic,
+                    count,
+                    keys,
+                    rate=rate,
+                    partitions=partitions,
+                    progress=report,
+                    value_size=value_size,
+                    seed=seed,
+                )
+            else:
+                summary = produce_pulsar_sample(
+                    pulsar,
+                    topic,
+                    count,
+                    keys,
+                    rate=rate,
+                    progress=report,
+                    value_size=value_size,
+                    seed=seed,
+                )
         except BrokerError as exc:
             progress.stop()
             _error(str(exc))
             raise typer.Exit(1) from exc
     print(
-        f"produced {summary.records} records over {summary.keys} keys to {topic} "
+        f"produced {summary.records} records over {summary.keys} keys to {summary.topic} "
         f"in {summary.seconds:.2f} s ({summary.per_second:,.0f} rec/s)"
     )
 
@@ -206,7 +360,19 @@ def validate(
     specs = _load_or_exit(paths)
     for spec in specs:
         state = "enabled" if spec.enabled else "disabled"
-        print(f"ok  {spec.name}: {spec.source.kind} {', '.join(spec.source.topics)} ({state})")
+        print(f"ok  {spec.name}: {_describe_source(spec)} ({state})")
+
+
+def _describe_source(spec: WorkloadSpec) -> str:
+    """Where the workload reads: kind, topics, broker, and its group or subscription."""
+    source = spec.source
+    topics = ", ".join(source.topics)
+    if isinstance(source, PulsarSourceSpec):
+        return (
+            f"pulsar {topics} at {source.service_url}, "
+            f"{source.subscription_type} subscription {source.subscription}"
+        )
+    return f"kafka {topics} at {source.bootstrap_servers}, group {source.group}"
 
 
 @app.command()
@@ -256,14 +422,37 @@ def consume(
 
 @app.command()
 def demo(
-    records: Annotated[int, typer.Option(min=1, help="Records in the sample stream.")] = 200_000,
-    keys: Annotated[int, typer.Option(min=1, help="Distinct keys.")] = 1000,
-    partitions: Annotated[int, typer.Option(min=1, help="Topic partitions.")] = 4,
+    records: Annotated[
+        int, typer.Option(min=1, help="Records in the Kafka clickstream.")
+    ] = 200_000,
+    keys: Annotated[
+        int, typer.Option(min=1, help="Distinct users (keys) of the clickstream.")
+    ] = 1000,
+    partitions: Annotated[int, typer.Option(min=1, help="Partitions of the Kafka topic.")] = 4,
+    orders: Annotated[
+        int, typer.Option(min=1, help="Records in the Pulsar orders stream.")
+    ] = 50_000,
+    customers: Annotated[
+        int, typer.Option(min=1, help="Distinct customers (keys) of the orders.")
+    ] = 500,
 ) -> None:
-    """Embedded broker → keyed sample stream → one workload run to completion → summary."""
+    """Embedded Kafka and Pulsar → a clickstream and an orders stream → both workloads run to
+    completion in one process on one permit pool → a verified summary (exit 1 if a check fails).
+    """
     from orchestration.demo import run_demo
 
-    ok = run_demo(records=records, keys=keys, partitions=partitions, console=err_console)
+    try:
+        ok = run_demo(
+            records=records,
+            keys=keys,
+            partitions=partitions,
+            console=err_console,
+            orders=orders,
+            customers=customers,
+        )
+    except LanehouseError as exc:
+        _error(str(exc))
+        raise typer.Exit(1) from exc
     raise typer.Exit(0 if ok else 1)
 
 
@@ -271,7 +460,7 @@ def demo(
 
 dead_letters_app = typer.Typer(
     name="dead-letters",
-    help="List a workload's dead letters, or replay them to its source topic.",
+    help="List a Kafka workload's dead letters, or replay them to its source topic.",
     no_args_is_help=True,
 )
 app.add_typer(dead_letters_app)
@@ -296,8 +485,9 @@ _KEY_CHARS = 32
 _MESSAGE_CHARS = 60
 
 
-def _dead_letter_workload(specs: Path, workload: str) -> tuple[WorkloadSpec, str]:
-    """The workload's spec and its dead-letter topic; exit 2 if it has none."""
+def _dead_letter_workload(specs: Path, workload: str) -> tuple[WorkloadSpec, KafkaSourceSpec, str]:
+    """The workload's spec, its Kafka source and its dead-letter topic; exit 2 if it reads
+    Pulsar or has no dead-letter topic."""
     try:
         loaded = load_specs([specs], import_handler=False)
     except SpecError as exc:
@@ -309,6 +499,13 @@ def _dead_letter_workload(specs: Path, workload: str) -> tuple[WorkloadSpec, str
         found = ", ".join(sorted(by_name)) or "no workloads"
         _error(f"no workload named {workload!r} in {specs} (found: {found})")
         raise typer.Exit(2)
+    if not isinstance(spec.source, KafkaSourceSpec):
+        where = f" (they are in {spec.dead_letter.topic})" if spec.dead_letter else ""
+        _error(
+            f"workload {workload!r} reads Pulsar: the dead-letters commands read Kafka "
+            f"dead-letter topics only; read its dead letters with Pulsar tools{where}"
+        )
+        raise typer.Exit(2)
     # Read defensively: specs without the dead_letter field cannot name a topic.
     topic = getattr(getattr(spec, "dead_letter", None), "topic", None)
     if not isinstance(topic, str):
@@ -317,7 +514,7 @@ def _dead_letter_workload(specs: Path, workload: str) -> tuple[WorkloadSpec, str
             "(add `dead_letter: {topic: <name>}`)"
         )
         raise typer.Exit(2)
-    return spec, topic
+    return spec, spec.source, topic
 
 
 def _dead_letter_client_config(spec: WorkloadSpec) -> dict[str, str | int | float | bool]:
@@ -375,11 +572,11 @@ def dead_letters_list(
 
     from consumers.dead_letters import list_dead_letters
 
-    spec, topic = _dead_letter_workload(specs, workload)
+    spec, source, topic = _dead_letter_workload(specs, workload)
     since_ms = _since_ms(since)
     try:
         entries = list_dead_letters(
-            spec.source.bootstrap_servers,
+            source.bootstrap_servers,
             topic,
             workload,
             limit=limit,
@@ -446,15 +643,13 @@ def dead_letters_replay(
     """
     from consumers.dead_letters import replay_dead_letters
 
-    spec, topic = _dead_letter_workload(specs, workload)
+    spec, source, topic = _dead_letter_workload(specs, workload)
     since_ms = _since_ms(since)
     if to is not None:
-        _topic_name(to)
+        _topic_name(to, "'--to'")
         if to == topic:
             raise typer.BadParameter(f"{to!r} is the dead-letter topic itself", param_hint="'--to'")
-    target = (
-        to if to is not None else (spec.source.topics[0] if len(spec.source.topics) == 1 else None)
-    )
+    target = to if to is not None else (source.topics[0] if len(source.topics) == 1 else None)
     progress = _progress(transient=True)
     with progress:
         task = progress.add_task(escape(f"replay {topic}"), total=None)
@@ -464,7 +659,7 @@ def dead_letters_replay(
 
         try:
             summary = replay_dead_letters(
-                spec.source.bootstrap_servers,
+                source.bootstrap_servers,
                 topic,
                 workload,
                 target,

@@ -1,7 +1,7 @@
 """The Dagster code location (``workspace.yaml`` loads ``defs`` from here).
 
-For now it declares the topics every workload spec reads as external source assets, so the
-lineage starts at the broker. Sensors, consumer jobs and Spark assets come with the
+For now it declares the topics every workload spec reads (Kafka and Pulsar) as external source
+assets, so the lineage starts at the broker. Sensors, consumer jobs and Spark assets come with the
 orchestration and landing issues.
 """
 
@@ -9,36 +9,71 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Final, Literal
 
 from dagster import AssetSpec, Definitions
 
+from consumers.pulsar_options import validate_pulsar_topic
 from consumers.spec import WorkloadSpec, load_specs
 
 #: Where workload specs live; ``LANEHOUSE_WORKLOADS`` overrides it.
 DEFAULT_WORKLOADS = Path(__file__).resolve().parent.parent / "workloads"
 
+SourceKind = Literal["kafka", "pulsar"]
+_KINDS: Final[Mapping[SourceKind, str]] = {"kafka": "Kafka", "pulsar": "Pulsar"}
 
-def topic_asset_key(topic: str) -> list[str]:
-    """``["topics", "<topic with . and - as _>"]``: Dagster keys allow only word characters."""
-    return ["topics", re.sub(r"[^A-Za-z0-9_]", "_", topic)]
+
+def _part(text: str) -> str:
+    """Dagster key parts: only word characters, so ``.``, ``-`` and the like become ``_``."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", text)
+
+
+def topic_asset_key(topic: str, kind: SourceKind = "kafka") -> list[str]:
+    """The asset key of a topic read by some workload.
+
+    Kafka: ``["topics", "<topic>"]``. Pulsar: ``["topics", "pulsar", tenant, namespace,
+    topic]`` from the full name, so ``persistent://public/default/orders`` never meets a
+    Kafka topic ``orders`` (or one named ``pulsar``: the keys differ in length).
+    """
+    if kind == "pulsar":
+        tenant, namespace, name = (
+            validate_pulsar_topic(topic).removeprefix("persistent://").split("/")
+        )
+        return ["topics", "pulsar", _part(tenant), _part(namespace), _part(name)]
+    return ["topics", _part(topic)]
 
 
 def topic_assets(specs: list[WorkloadSpec]) -> list[AssetSpec]:
-    readers: dict[str, list[str]] = {}
+    """One source asset per (broker kind, topic), naming the workloads that read it.
+
+    Raises ``ValueError`` when two topics would get the same key (``a.b`` and ``a_b``).
+    """
+    readers: dict[tuple[SourceKind, str], list[str]] = {}
     for spec in specs:
         for topic in spec.source.topics:
-            readers.setdefault(topic, []).append(spec.name)
-    return [
-        AssetSpec(
-            key=topic_asset_key(topic),
-            description=f"Kafka topic {topic!r}, read by {', '.join(sorted(names))}.",
+            readers.setdefault((spec.source.kind, topic), []).append(spec.name)
+    assets: list[AssetSpec] = []
+    owners: dict[tuple[str, ...], str] = {}
+    for (kind, topic), names in sorted(readers.items()):
+        key = tuple(topic_asset_key(topic, kind))
+        if key in owners:
+            raise ValueError(
+                f"{_KINDS[kind]} topics {owners[key]!r} and {topic!r} both map to the asset key "
+                f"{'/'.join(key)}: rename one of them"
+            )
+        owners[key] = topic
+        workloads = ", ".join(sorted(names))
+        asset = AssetSpec(
+            key=list(key),
+            description=f"{_KINDS[kind]} topic {topic!r}, read by {workloads}.",
             group_name="topics",
-            kinds={"kafka"},
-            metadata={"topic": topic, "workloads": ", ".join(sorted(names))},
+            kinds={kind},
+            metadata={"topic": topic, "workloads": workloads},
         )
-        for topic, names in sorted(readers.items())
-    ]
+        assets.append(asset)
+    return assets
 
 
 def build_definitions(workloads_dir: Path) -> Definitions:

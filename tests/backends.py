@@ -26,10 +26,14 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from consumers.backends.kafka import committed_offsets, kafka_consumer_factory, log_end_offsets
 from consumers.backends.memory import MemoryBroker
 from consumers.backends.pulsar import (
+    PROBE_PROPERTY,
+    MessageKey,
     PulsarSettings,
+    message_key,
     pulsar_consumer_factory,
     pulsar_producer_factory,
 )
+from consumers.backends.pulsar import unacknowledged as pulsar_unacknowledged
 from consumers.embedded.pulsar import (
     PULSAR_TEST_CLIENT_KWARGS,
     PulsarLiteBroker,
@@ -199,60 +203,8 @@ class TansuBackend:
             consumer.close()
 
 
-#: Property of the marker message :meth:`PulsarBackend.committed` publishes; readers skip it.
-PROBE_PROPERTY = "lanehouse-test-probe"
-Ident = tuple[int, int, int, int]
-
-
-def _ident(message_id: pulsar.MessageId) -> Ident:
-    return (
-        message_id.partition(),
-        message_id.ledger_id(),
-        message_id.entry_id(),
-        message_id.batch_index(),
-    )
-
-
-def unacknowledged(broker: PulsarLiteBroker, subscription: str, topic: str) -> list[Ident]:
-    """Ids of the messages of ``topic`` that ``subscription`` has not acknowledged.
-
-    Publishes a marker to every partition, then reads the subscription until all markers came
-    back: in each partition, unacknowledged messages come before its marker. pulsar-lite refuses
-    a second consumer on a subscription, so call this while the engine's consumer is closed.
-    """
-    client = pulsar.Client(broker.url, **PULSAR_TEST_CLIENT_KWARGS)
-    found: list[Ident] = []
-    try:
-        consumer = client.subscribe(
-            topic,
-            subscription,
-            consumer_type=pulsar.ConsumerType.Shared,
-            initial_position=pulsar.InitialPosition.Earliest,
-        )
-        partitions = client.get_topic_partitions(topic)
-        for index in range(len(partitions)):
-            # Routed, not sent to the partition's own name: pulsar-lite would treat that as a
-            # new topic (and partition it too).
-            producer = client.create_producer(
-                topic, batching_enabled=False, message_router=lambda _m, _n, i=index: i
-            )
-            producer.send(b"", properties={PROBE_PROPERTY: "1"})
-            producer.close()
-        markers = 0
-        deadline = time.monotonic() + 30
-        while markers < len(partitions):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the probe of {subscription} on {topic} did not come back")
-            msg = consumer.receive(5000)
-            if PROBE_PROPERTY in msg.properties():
-                consumer.acknowledge(msg)
-                markers += 1
-            else:
-                found.append(_ident(msg.message_id()))
-        consumer.close()
-    finally:
-        client.close()
-    return found
+def unacknowledged(broker: PulsarLiteBroker, subscription: str, topic: str) -> list[MessageKey]:
+    return pulsar_unacknowledged(broker.url, subscription, topic)
 
 
 class PulsarBackend:
@@ -264,7 +216,7 @@ class PulsarBackend:
 
     def __init__(self, broker: PulsarLiteBroker) -> None:
         self.broker = broker
-        self._produced: dict[str, dict[Ident, int]] = {}
+        self._produced: dict[str, dict[MessageKey, int]] = {}
 
     def _client(self) -> pulsar.Client:
         return pulsar.Client(self.broker.url, **PULSAR_TEST_CLIENT_KWARGS)
@@ -304,7 +256,7 @@ class PulsarBackend:
         produced = self._produced.setdefault(topic, {})
         for message_id in ids:
             assert message_id is not None
-            produced[_ident(message_id)] = len(produced)
+            produced[message_key(message_id)] = len(produced)
 
     def settings(self, group: str, **consumer_options: object) -> PulsarSettings:
         return PulsarSettings(self.broker.url, group, consumer_options=consumer_options)

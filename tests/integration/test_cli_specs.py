@@ -1,19 +1,30 @@
-"""`lanehouse validate` and `lanehouse consume` refuse bad specs before any record is read."""
+"""`lanehouse` against real brokers: `validate` and `consume` refuse bad specs before any record
+is read; `broker`, `produce` and `consume` work with Kafka and with Pulsar."""
 
 from __future__ import annotations
 
+import signal
+import socket
+import subprocess
+import sys
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
+import consumers.examples as examples
 from consumers.backends.kafka import committed_offsets
+from consumers.embedded.pulsar import PulsarLiteBroker
 from consumers.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
-from consumers.sample import produce_sample
+from consumers.errors import BrokerError
+from consumers.sample import produce_pulsar_sample, produce_sample
 from orchestration.cli import app
+from orchestration.demo import pulsar_unacknowledged
 from tests.backends import assert_all_committed
-from tests.helpers import free_port
+from tests.helpers import free_port, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -64,9 +75,21 @@ def test_bad_spec_fails_validate_and_consume_before_reading(
 
 
 def test_validate_accepts_the_example_workloads() -> None:
-    result = CliRunner().invoke(app, ["validate", "workloads"], env=ENV)
+    env = {
+        **ENV,
+        "KAFKA_BOOTSTRAP": "kafka.example:9092",
+        "PULSAR_URL": "pulsar://pulsar.example:6650",
+    }
+    result = CliRunner().invoke(app, ["validate", "workloads"], env=env)
     assert result.exit_code == 0, result.output
-    assert "ok  clickstream" in result.output
+    assert (
+        "ok  clickstream: kafka clickstream.events at kafka.example:9092, "
+        "group lanehouse.clickstream (enabled)"
+    ) in result.output
+    assert (
+        "ok  orders: pulsar persistent://public/default/orders at pulsar://pulsar.example:6650, "
+        "shared subscription lanehouse.orders (enabled)"
+    ) in result.output
 
 
 def test_consume_runs_to_idle_and_serves_metrics(
@@ -105,3 +128,91 @@ def test_consume_runs_to_idle_and_serves_metrics(
     [text] = scraped
     assert 'lanehouse_records_consumed_total{workload="cli-test"}' in text
     assert "lanehouse_partition_buffered" in text and "lanehouse_pool_size" in text
+
+
+# --------------------------------------------------------------------------- Pulsar
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def test_broker_kind_both_serves_kafka_and_pulsar_until_sigterm(tmp_path: Path) -> None:
+    kafka_port, pulsar_port, data = free_port(), free_port(), tmp_path / "pulsar-data"
+    out = tmp_path / "out.txt"
+    command = [sys.executable, "-m", "orchestration.cli", "broker", "--kind", "both"]
+    command += ["--port", str(kafka_port), "--pulsar-port", str(pulsar_port)]
+    with out.open("wb") as sink:
+        proc = subprocess.Popen(
+            [*command, "--pulsar-data", str(data)],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    url = f"pulsar://127.0.0.1:{pulsar_port}"
+    try:
+        wait_until(
+            lambda: f"Pulsar service URL: {url}" in out.read_text(),
+            timeout=30,
+            message="`lanehouse broker --kind both` did not print its Pulsar URL",
+        )
+        assert f"Kafka bootstrap: 127.0.0.1:{kafka_port}" in out.read_text()
+        AdminClient({"bootstrap.servers": f"127.0.0.1:{kafka_port}"}).list_topics(timeout=5)
+        assert produce_pulsar_sample(url, "probe", 10, 2).records == 10
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0, out.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = out.read_text()
+    assert "Tansu stopped." in text and "pulsar-lite stopped." in text, text
+    wait_until(lambda: not _accepts(kafka_port) and not _accepts(pulsar_port), timeout=5)
+    assert (data / "pulsar-lite.log").exists(), "a --pulsar-data directory is kept"
+
+
+def pulsar_spec_text(url: str, topic: str, subscription: str) -> str:
+    return (
+        "name: cli-pulsar\n"
+        f"source:\n  kind: pulsar\n  service_url: {url}\n  topics: [{topic}]\n"
+        f"  subscription: {subscription}\n"
+        "handler: consumers.examples:enrich\n"
+    )
+
+
+def test_produce_to_pulsar_then_consume_acknowledges_everything(
+    pulsar_broker: PulsarLiteBroker, tmp_path: Path
+) -> None:
+    topic = f"cli-{uuid.uuid4().hex[:8]}"
+    full = f"persistent://public/default/{topic}"
+    runner = CliRunner()
+    args = ["--pulsar", pulsar_broker.url, "--topic", topic, "--count", "2000", "--keys", "10"]
+    produced = runner.invoke(app, ["produce", *args], env=ENV)
+    assert produced.exit_code == 0, produced.output
+    assert f"produced 2000 records over 10 keys to {full}" in produced.output
+
+    spec = tmp_path / "pulsar.yaml"
+    spec.write_text(pulsar_spec_text(pulsar_broker.url, full, "cli-sub"))
+    examples.ORDER.reset()
+    consumed = runner.invoke(app, ["consume", str(spec), "--until-idle", "1"], env=ENV)
+    assert consumed.exit_code == 0, consumed.output
+    assert "cli-pulsar: consumed 2000 completed 2000 failed 0" in consumed.output
+    # Keys arrived (ten of them) and every key's records in its sequence order.
+    assert sorted(examples.ORDER.last) == sorted(f"k{i}".encode() for i in range(10))
+    assert examples.ORDER.handled == 2000 and not examples.ORDER.violations
+    assert pulsar_unacknowledged(pulsar_broker.url, full, "cli-sub") == 0
+
+
+def test_produce_to_an_unreachable_pulsar_is_a_broker_error() -> None:
+    with pytest.raises(BrokerError, match="cannot write to 'persistent://public/default/x'"):
+        produce_pulsar_sample(
+            f"pulsar://127.0.0.1:{free_port()}",
+            "x",
+            10,
+            2,
+            client_options={"operation_timeout_seconds": 1},
+        )

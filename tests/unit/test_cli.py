@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from orchestration.cli import app
@@ -15,9 +17,45 @@ WIDE = {"COLUMNS": "200", "NO_COLOR": "1"}
 def test_produce_help_lists_every_option() -> None:
     result = CliRunner().invoke(app, ["produce", "--help"], env=WIDE)
     assert result.exit_code == 0, result.output
-    for option in ("--topic", "--count", "--keys", "--rate", "--partitions", "--bootstrap"):
+    for option in (
+        "--topic",
+        "--count",
+        "--keys",
+        "--rate",
+        "--partitions",
+        "--bootstrap",
+        "--pulsar",
+    ):
         assert option in result.output
     assert "KAFKA_BOOTSTRAP" in result.output
+
+
+def test_broker_help_names_both_brokers_and_their_options() -> None:
+    result = CliRunner().invoke(app, ["broker", "--help"], env=WIDE)
+    assert result.exit_code == 0, result.output
+    assert "kafka|pulsar|both" in result.output
+    for option in ("--kafka-port", "--port", "--storage", "--pulsar-port", "--pulsar-data"):
+        assert option in result.output
+    assert "default 9092" in result.output and "default 6650" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--kind", "pulsar", "--port", "9999"], "'--kafka-port' / '--port'"),
+        (["--kind", "pulsar", "--storage", "s3://bucket/"], "'--storage'"),
+        (["--pulsar-port", "6651"], "'--pulsar-port'"),
+        (["--kind", "kafka", "--pulsar-data", "/tmp/x"], "'--pulsar-data'"),
+        (["--kind", "zookeeper"], "'--kind'"),
+    ],
+)
+def test_broker_options_of_a_broker_not_started_are_usage_errors(
+    args: list[str], message: str
+) -> None:
+    """Refused before anything starts (a broker started here would outlive the test)."""
+    result = CliRunner().invoke(app, ["broker", *args], env=WIDE)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
 
 
 def test_bad_topic_name_is_a_usage_error() -> None:
@@ -28,6 +66,41 @@ def test_bad_topic_name_is_a_usage_error() -> None:
     assert "invalid topic name" in result.output
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--topic", "a/b"], "invalid Pulsar topic"),
+        (["--topic", "t", "--partitions", "2"], "a Pulsar topic is created unpartitioned"),
+        (["--topic", "t", "--pulsar", "http://127.0.0.1:6650"], "not a Pulsar service URL"),
+    ],
+)
+def test_bad_pulsar_produce_arguments_are_usage_errors(args: list[str], message: str) -> None:
+    """Refused before any client exists (a connection attempt would take seconds)."""
+    pulsar = [] if "--pulsar" in args else ["--pulsar", "pulsar://127.0.0.1:1"]
+    result = CliRunner().invoke(
+        app, ["produce", *pulsar, "--count", "1", "--keys", "1", *args], env=WIDE
+    )
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+def test_dead_letter_commands_refuse_a_pulsar_workload(tmp_path: Path) -> None:
+    (tmp_path / "orders.yaml").write_text(
+        "name: orders\n"
+        "source: {kind: pulsar, service_url: 'pulsar://127.0.0.1:1', topics: [orders]}\n"
+        "handler: consumers.examples:enrich\n"
+        "dead_letter: {topic: orders.dlq}\n"
+    )
+    for command in ("list", "replay"):
+        result = CliRunner().invoke(
+            app, ["dead-letters", command, "orders", "--specs", str(tmp_path)], env=WIDE
+        )
+        assert result.exit_code == 2, result.output
+        assert "workload 'orders' reads Pulsar" in result.output
+        assert "persistent://public/default/orders.dlq" in result.output
+        assert "Traceback" not in result.output
+
+
 def test_non_positive_rate_is_a_usage_error() -> None:
     result = CliRunner().invoke(
         app, ["produce", "--topic", "t", "--count", "1", "--keys", "1", "--rate", "0"], env=WIDE
@@ -36,8 +109,10 @@ def test_non_positive_rate_is_a_usage_error() -> None:
     assert "must be positive" in result.output
 
 
-def test_cli_module_does_not_import_dagster_or_spark() -> None:
-    code = "import sys, orchestration.cli; print(sorted({'dagster', 'pyspark'} & set(sys.modules)))"
+def test_cli_module_does_not_import_dagster_spark_or_pulsar() -> None:
+    """`lanehouse --help` and Kafka commands start fast; Pulsar commands load pulsar-client."""
+    wanted = "{'dagster', 'pyspark', 'pulsar'}"
+    code = f"import sys, orchestration.cli; print(sorted({wanted} & set(sys.modules)))"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 from itertools import islice
@@ -9,7 +10,13 @@ from itertools import islice
 import pytest
 
 from consumers.embedded.tansu import validate_topic_name
-from consumers.sample import TokenBucket, _key_order, produce_sample
+from consumers.sample import (
+    TokenBucket,
+    _key_order,
+    _sample_chunks,
+    produce_pulsar_sample,
+    produce_sample,
+)
 
 
 class FakeTime:
@@ -98,3 +105,30 @@ def test_produce_sample_rejects_bad_arguments_before_connecting(
     args: dict[str, float] = {"count": 1, "keys": 1, **kwargs}
     with pytest.raises(ValueError, match=why):
         produce_sample("127.0.0.1:1", "t", **args)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=why):
+        produce_pulsar_sample("pulsar://127.0.0.1:1", "t", **args)  # type: ignore[arg-type]
+
+
+def test_produce_pulsar_sample_rejects_a_bad_topic_before_connecting() -> None:
+    with pytest.raises(ValueError, match="invalid Pulsar topic"):
+        produce_pulsar_sample("pulsar://127.0.0.1:1", "public/default/x", 1, 1)
+
+
+def test_sample_chunks_number_each_keys_records_and_use_the_prefix() -> None:
+    chunks = [(n, list(chunk)) for n, chunk in _sample_chunks(25, 3, None, 0, 7, "user-")]
+    assert [n for n, _ in chunks] == [25]
+    seqs: dict[bytes, list[int]] = {}
+    for key, value in chunks[0][1]:
+        record = json.loads(value)
+        assert record["key"].encode() == key
+        seqs.setdefault(key, []).append(record["seq"])
+    assert sorted(seqs) == [b"user-0", b"user-1", b"user-2"]
+    assert sorted(len(v) for v in seqs.values()) == [8, 8, 9]
+    assert all(v == list(range(len(v))) for v in seqs.values())
+    again = [(n, list(chunk)) for n, chunk in _sample_chunks(25, 3, None, 0, 7, "user-")]
+    assert [k for k, _ in again[0][1]] == [k for k, _ in chunks[0][1]]
+
+
+def test_paced_sample_chunks_are_a_hundredth_of_a_second() -> None:
+    sizes = [n for n, _ in _sample_chunks(2500, 1, 100_000.0, 0, 0, "k")]
+    assert sizes == [1000, 1000, 500]
