@@ -1,4 +1,4 @@
-"""Engine throughput bench against one embedded Tansu broker.
+"""Engine throughput bench against one embedded Tansu broker (and pulsar-lite for Pulsar rows).
 
     PYTHONPATH=. .venv/bin/python bench/engine.py [--records N] [--rows a,b] [--repeat K] [--out F]
 
@@ -8,6 +8,15 @@ the handler's timestamps (first call -> last completion), so the group join and 
 at the end are excluded. Every engine row checks per-key order (seq = last + 1, never two
 records of one key at once), that every record was handled, and that the committed offset of
 every partition equals its log end; any failure makes the bench exit non-zero.
+
+The ``pulsar_*`` rows run the same contenders against an embedded pulsar-lite broker, started
+only when one of them is selected: one non-partitioned topic (the engine's partition 0) with the
+same keys and values (``produce_pulsar_sample``, a batching producer), one Shared subscription,
+the engine acknowledging message by message. ``pulsar_raw_receive`` is a plain ``receive()`` +
+``acknowledge()`` loop. Instead of committed offsets they check, after the consumer closed, that
+the subscription has nothing unacknowledged (``consumers.backends.pulsar.unacknowledged``; the
+raw row too, as it acknowledges). pulsar-client is imported on the Pulsar paths only, so its
+~12 MB stay out of the Kafka rows' peak RSS.
 
 Two rows exercise the outcomes machinery: ``retry_1pct`` is the 20 ms row at C=1,000 where the
 records at offset % 100 == 7 raise on their first attempt (the lane stays held during the
@@ -32,20 +41,24 @@ import subprocess
 import sys
 import time
 import uuid
+from contextlib import ExitStack
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import confluent_kafka
 from confluent_kafka import Consumer, TopicPartition
 
 from consumers.app import ConsumerApp, Workload
 from consumers.backends.kafka import CONSUMER_DEFAULTS, ENGINE_OWNED, kafka_consumer_factory
+from consumers.embedded.child import BrokerProcess
 from consumers.embedded.tansu import start_tansu
+from consumers.pulsar_options import validate_pulsar_topic
 from consumers.record import Record
 from consumers.resolution import RetryPolicy
 from consumers.runner import RunnerSettings
-from consumers.sample import produce_sample
+from consumers.sample import produce_pulsar_sample, produce_sample
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS, KEYS, SLEEP = 4, 1000, 0.020
@@ -69,6 +82,7 @@ class Row:
     uvloop: bool = False
     fail_once: bool = False  # 1% of records raise once, with RETRY as the retry policy
     batch: bool = False  # the handler takes a list (BATCH settings)
+    backend: Literal["kafka", "pulsar"] = "kafka"
 
 
 ROWS = {
@@ -80,6 +94,9 @@ ROWS = {
     "json": Row("json"),
     "retry_1pct": Row("sleep", 1000, 200_000, fail_once=True),
     "batch_json": Row("json", 4, batch=True),
+    "pulsar_raw_receive": Row("raw", backend="pulsar"),
+    "pulsar_noop_key": Row("noop", backend="pulsar"),
+    "pulsar_sleep20_c300": Row("sleep", 300, 100_000, backend="pulsar"),
 }
 
 
@@ -203,7 +220,7 @@ def make_handler(row: Row, check: Check) -> Any:
 
 
 def run_raw(args: argparse.Namespace) -> dict[str, Any]:
-    config = {**CLIENT, **ENGINE_OWNED, "bootstrap.servers": args.bootstrap, "group.id": args.group}
+    config = {**CLIENT, **ENGINE_OWNED, "bootstrap.servers": args.broker, "group.id": args.group}
     consumer = Consumer(config)
     consumer.subscribe([args.topic])
     check, high = Check(args.records), {}
@@ -225,6 +242,36 @@ def run_raw(args: argparse.Namespace) -> dict[str, Any]:
     return check.result()
 
 
+def run_raw_pulsar(args: argparse.Namespace) -> dict[str, Any]:
+    import pulsar
+
+    from consumers.backends.pulsar import client_kwargs
+
+    client = pulsar.Client(args.broker, **client_kwargs({}))
+    consumer = client.subscribe(  # as the engine's PulsarConsumer subscribes
+        args.topic,
+        args.group,
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+    receive, acknowledge = consumer.receive, consumer.acknowledge
+    check = Check(args.records)
+    deadline = time.monotonic() + args.timeout
+    while check.done < args.records and time.monotonic() < deadline:
+        try:
+            msg = receive(100)
+        except pulsar.Timeout:
+            continue
+        if not check.t0:
+            check.start_clock()
+        acknowledge(msg)
+        check.tick(1)
+    consumer.close()  # flushes the grouped acknowledgements
+    client.close()
+    check.high = {0: check.done}
+    return check.result()
+
+
 def run_engine(row: Row, args: argparse.Namespace) -> dict[str, Any]:
     check = Check(args.records)
     extra: dict[str, Any] = dict(BATCH) if row.batch else {}
@@ -235,9 +282,14 @@ def run_engine(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         engine_log.addHandler(logging.FileHandler(os.devnull))
         engine_log.propagate = False
     settings = RunnerSettings(name="bench", ordering="key", concurrency=row.concurrency, **extra)
-    factory = kafka_consumer_factory(
-        {**CLIENT, "bootstrap.servers": args.bootstrap, "group.id": args.group}
-    )
+    if row.backend == "pulsar":
+        from consumers.backends.pulsar import PulsarSettings, pulsar_consumer_factory
+
+        factory = pulsar_consumer_factory(PulsarSettings(args.broker, args.group))
+    else:
+        factory = kafka_consumer_factory(
+            {**CLIENT, "bootstrap.servers": args.broker, "group.id": args.group}
+        )
     workload = Workload(settings, make_handler(row, check), [args.topic], factory)
 
     async def main() -> Any:
@@ -255,7 +307,10 @@ def run_engine(row: Row, args: argparse.Namespace) -> dict[str, Any]:
 
 def child(args: argparse.Namespace) -> None:
     row = ROWS[args.child]
-    result = run_raw(args) if row.kind == "raw" else run_engine(row, args)
+    if row.kind == "raw":
+        result = run_raw_pulsar(args) if row.backend == "pulsar" else run_raw(args)
+    else:
+        result = run_engine(row, args)
     result["cpu_total_s"] = time.process_time()
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(result))
@@ -279,12 +334,41 @@ def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     return {tp.partition: tp.offset for tp in tps}
 
 
-def run_row(name: str, records: int, bootstrap: str, timeout: float) -> dict[str, Any]:
+def start_broker(backend: str) -> BrokerProcess:
+    if backend == "pulsar":
+        from consumers.embedded.pulsar import start_pulsar_lite
+
+        return start_pulsar_lite()
+    return start_tansu()
+
+
+def produce(row: Row, broker: str, topic: str, records: int) -> None:
+    if row.backend == "pulsar":
+        produce_pulsar_sample(broker, topic, records, KEYS)
+    else:
+        produce_sample(broker, topic, records, KEYS, partitions=PARTITIONS)
+
+
+def commit_errors(row: Row, broker: str, topic: str, group: str, high: dict[int, int]) -> list[str]:
+    """Why the group did not commit (Kafka) or acknowledge (Pulsar) everything; [] if it did."""
+    if row.backend == "pulsar":
+        from consumers.backends.pulsar import unacknowledged
+
+        left = unacknowledged(broker, group, topic)
+        return [f"{len(left)} records unacknowledged, first ids {left[:3]}"] if left else []
+    committed = committed_offsets(broker, group, topic)
+    if len(high) == PARTITIONS and committed == high:
+        return []
+    return [f"committed {committed} != log end {high}"]
+
+
+def run_row(name: str, records: int, broker: str, timeout: float) -> dict[str, Any]:
     row = ROWS[name]
-    topic = f"bench-{name}-{uuid.uuid4().hex[:8]}"
-    group = f"{topic}-group"
-    produce_sample(bootstrap, topic, records, KEYS, partitions=PARTITIONS)
-    cmd = [sys.executable, "-m", "bench.engine", "--child", name, "--bootstrap", bootstrap]
+    short = f"bench-{name}-{uuid.uuid4().hex[:8]}"
+    topic = validate_pulsar_topic(short) if row.backend == "pulsar" else short
+    group = f"{short}-group"
+    produce(row, broker, topic, records)
+    cmd = [sys.executable, "-m", "bench.engine", "--child", name, "--broker", broker]
     cmd += [
         "--topic",
         topic,
@@ -314,14 +398,14 @@ def run_row(name: str, records: int, bootstrap: str, timeout: float) -> dict[str
     out["cpu_us_per_record"] = res["window_cpu_s"] / max(res["done"], 1) * 1e6
     out.update(cpu_total_s=res["cpu_total_s"], peak_rss_mb=res["peak_rss_mb"])
     out["order_ok"] = out["committed_ok"] = None
+    if row.kind != "raw" or row.backend == "pulsar":  # the raw Pulsar loop acknowledges too
+        errors = commit_errors(row, broker, topic, group, high)
+        out["committed_ok"] = not errors
+        out["errors"] += errors
     if row.kind != "raw":
         out["order_ok"] = res["violations"] == 0
         if not out["order_ok"]:
             out["errors"].append(f"{res['violations']} per-key order violations")
-        committed = committed_offsets(bootstrap, group, topic)
-        out["committed_ok"] = len(high) == PARTITIONS and committed == high
-        if not out["committed_ok"]:
-            out["errors"].append(f"committed {committed} != log end {high}")
         counters = res["counters"]
         injected = res["injected"]  # 0 except in fail_once rows
         if counters.get("failed") != injected or counters.get("commit_failures"):
@@ -384,7 +468,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     parser.add_argument("--timeout", type=float, default=300.0, help="per child, seconds")
     parser.add_argument("--child", choices=list(ROWS), help=argparse.SUPPRESS)
-    for internal in ("--bootstrap", "--topic", "--group"):  # parent -> child only
+    for internal in ("--broker", "--topic", "--group"):  # parent -> child only
         parser.add_argument(internal, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -403,15 +487,20 @@ def main() -> int:
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "loadavg_at_start": os.getloadavg(),
     }
+    backends = {ROWS[n].backend for n in names}
+    if "pulsar" in backends:
+        machine.update(pulsar_client=version("pulsar-client"), pulsar_lite=version("pulsar-lite"))
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
-    with start_tansu() as broker:
+    with ExitStack() as stack:  # only the brokers the selected rows need
+        brokers = {b: stack.enter_context(start_broker(b)) for b in sorted(backends)}
         for rep in range(args.repeat):
             for name in names:
+                broker = brokers[ROWS[name].backend]
                 if not broker.alive():
-                    raise SystemExit(f"Tansu died:\n{broker.log_tail()}")
+                    raise SystemExit(f"{type(broker).__name__} died:\n{broker.log_tail()}")
                 records = args.records or ROWS[name].records
                 print(f"[{rep + 1}/{args.repeat}] {name}: {records:,} records", file=sys.stderr)
-                result = run_row(name, records, broker.bootstrap, args.timeout)
+                result = run_row(name, records, broker.address, args.timeout)
                 for error in result["errors"]:
                     print(f"!!! CORRECTNESS FAILURE in {name}: {error}", file=sys.stderr)
                 runs[name].append(result)
