@@ -149,14 +149,33 @@ def _unique_topics(topics: tuple[str, ...]) -> None:
         raise ValueError("a topic is listed more than once")
 
 
-class KafkaSourceSpec(_Frozen):
+class _SourceBase(_Frozen):
+    """Client options shared by every source kind: checked key by key, secrets masked."""
+
+    config: dict[str, ConfigValue] = Field(default_factory=dict)
+
+    @classmethod
+    def _check_key(cls, key: str, value: object) -> None:
+        """Raise ``ValueError`` for a key the client or the engine does not accept."""
+
+    @field_validator("config", mode="before")
+    @classmethod
+    def _check_config(cls, config: Any) -> Any:
+        return _check_client_config(config, cls._check_key)
+
+    @field_validator("config")
+    @classmethod
+    def _mask(cls, config: dict[str, ConfigValue]) -> dict[str, ConfigValue]:
+        return _mask_secrets(config)
+
+
+class KafkaSourceSpec(_SourceBase):
     """The Kafka cluster, topics and consumer group a workload reads from."""
 
     kind: Literal["kafka"]
     bootstrap_servers: str = Field(min_length=1)
     topics: tuple[str, ...]
     group: str = Field(min_length=1)
-    config: dict[str, ConfigValue] = Field(default_factory=dict)
 
     @field_validator("topics")
     @classmethod
@@ -166,22 +185,16 @@ class KafkaSourceSpec(_Frozen):
             _check_topic_name(topic)
         return topics
 
-    @field_validator("config", mode="before")
     @classmethod
-    def _check_config(cls, config: Any) -> Any:
-        return _check_client_config(config, _check_kafka_key)
-
-    @field_validator("config")
-    @classmethod
-    def _mask(cls, config: dict[str, ConfigValue]) -> dict[str, ConfigValue]:
-        return _mask_secrets(config)
+    def _check_key(cls, key: str, value: object) -> None:
+        _check_kafka_key(key, value)
 
     def topic_name(self, topic: str) -> str:
         """Validate an output or dead-letter topic for this cluster."""
         return _check_topic_name(topic)
 
 
-class PulsarSourceSpec(_Frozen):
+class PulsarSourceSpec(_SourceBase):
     """The Pulsar service, topics and subscription a workload reads from.
 
     Topics are stored by their full name (``persistent://tenant/namespace/topic``): that is what
@@ -193,7 +206,6 @@ class PulsarSourceSpec(_Frozen):
     topics: tuple[str, ...]
     subscription: str = Field(min_length=1)
     subscription_type: Literal["shared", "failover", "key_shared", "exclusive"] = "shared"
-    config: dict[str, ConfigValue] = Field(default_factory=dict)
 
     @field_validator("service_url")
     @classmethod
@@ -209,15 +221,9 @@ class PulsarSourceSpec(_Frozen):
         _unique_topics(full)
         return full
 
-    @field_validator("config", mode="before")
     @classmethod
-    def _check_config(cls, config: Any) -> Any:
-        return _check_client_config(config, check_pulsar_option)
-
-    @field_validator("config")
-    @classmethod
-    def _mask(cls, config: dict[str, ConfigValue]) -> dict[str, ConfigValue]:
-        return _mask_secrets(config)
+    def _check_key(cls, key: str, value: object) -> None:
+        check_pulsar_option(key, value)
 
     def topic_name(self, topic: str) -> str:
         """Validate an output or dead-letter topic for this service (returns its full name)."""

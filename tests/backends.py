@@ -23,6 +23,7 @@ from typing import Protocol
 import pulsar
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
+from consumers.app import ConsumerApp, WorkloadSummary
 from consumers.backends.kafka import committed_offsets, kafka_consumer_factory, log_end_offsets
 from consumers.backends.memory import MemoryBroker
 from consumers.backends.pulsar import (
@@ -351,3 +352,25 @@ async def until(predicate: Callable[[], bool], within: float = 20.0) -> None:
         if loop.time() > deadline:
             raise AssertionError(f"condition not met within {within}s")
         await asyncio.sleep(0.005)
+
+
+async def run_sampling_shares(
+    app: ConsumerApp, first: str, second: str
+) -> tuple[list[WorkloadSummary], list[tuple[int, int]]]:
+    """Run ``app`` until idle, sampling the permits two workloads hold every 10 ms while both
+    have lanes waiting for one (that is when their weights decide)."""
+    samples: list[tuple[int, int]] = []
+
+    async def sample() -> None:
+        while True:
+            await asyncio.sleep(0.01)
+            runners = app.runners
+            if len(runners) == 2 and all(r.waiting_lanes > 0 for r in runners.values()):
+                samples.append((runners[first].permits_held, runners[second].permits_held))
+
+    sampler = asyncio.ensure_future(sample())
+    try:
+        summaries = await app.run(until_idle=1.0)
+    finally:
+        sampler.cancel()
+    return summaries, samples

@@ -16,7 +16,7 @@ from consumers.examples import OrderCheck
 from consumers.record import Record
 from consumers.runner import RunnerSettings
 from consumers.sample import produce_sample
-from tests.backends import TansuBackend, assert_all_committed
+from tests.backends import TansuBackend, assert_all_committed, run_sampling_shares
 
 pytestmark = pytest.mark.integration
 
@@ -90,18 +90,7 @@ async def test_two_workloads_share_one_pool_by_weight(
         [workload("heavy", heavy_topic, 3), workload("light", light_topic, 1)],
         pool_sizes={"shared": 20},
     )
-    samples: list[tuple[int, int]] = []
-
-    async def sample() -> None:
-        while True:
-            await asyncio.sleep(0.01)
-            runners = app.runners
-            if len(runners) == 2 and all(r.waiting_lanes > 0 for r in runners.values()):
-                samples.append((runners["heavy"].permits_held, runners["light"].permits_held))
-
-    sampler = asyncio.ensure_future(sample())
-    summaries = await app.run(until_idle=1.0)
-    sampler.cancel()
+    summaries, samples = await run_sampling_shares(app, "heavy", "light")
 
     assert all(s.counters["completed"] == 4000 for s in summaries)
     assert len(samples) >= 50, "both workloads were never contending at once"

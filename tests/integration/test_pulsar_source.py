@@ -23,7 +23,13 @@ from consumers.errors import BrokerError
 from consumers.record import Record
 from consumers.runner import RunnerSettings
 from consumers.sample import produce_sample
-from tests.backends import PulsarBackend, TansuBackend, keyed_stream, unacknowledged
+from tests.backends import (
+    PulsarBackend,
+    TansuBackend,
+    keyed_stream,
+    run_sampling_shares,
+    unacknowledged,
+)
 from tests.helpers import wait_until
 from tests.integration.processes import assert_complete, finish, lines, start_consumer, write_spec
 
@@ -290,18 +296,7 @@ async def test_kafka_and_pulsar_workloads_share_one_pool_by_weight(
         "shared",
     )
     app = ConsumerApp([heavy, light], pool_sizes={"shared": 20})
-    samples: list[tuple[int, int]] = []
-
-    async def sample() -> None:
-        while True:
-            await asyncio.sleep(0.01)
-            runners = app.runners
-            if len(runners) == 2 and all(r.waiting_lanes > 0 for r in runners.values()):
-                samples.append((runners["kafka"].permits_held, runners["pulsar"].permits_held))
-
-    sampler = asyncio.ensure_future(sample())
-    summaries = await app.run(until_idle=1.0)
-    sampler.cancel()
+    summaries, samples = await run_sampling_shares(app, "kafka", "pulsar")
 
     assert all(s.counters["completed"] == 4000 for s in summaries)
     assert running["max"] <= 20, f"{running['max']} handlers ran at once in a pool of 20"
