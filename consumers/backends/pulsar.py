@@ -288,13 +288,15 @@ class PulsarConsumer:
         return (-1, held.next_offset + max(last.entry_id() - entry, 0))
 
     def close(self) -> None:
-        try:
-            if self._consumer is not None:
-                self._consumer.close()
-        finally:
-            if self._client is not None:
-                self._client.close()
-            self._consumer = self._client = None
+        """Close quietly: whatever was not acknowledged is redelivered, so a failing close (the
+        broker gone) costs replays, not data."""
+        for closable in (self._consumer, self._client):
+            if closable is not None:
+                try:
+                    closable.close()
+                except pulsar.PulsarException as exc:
+                    log.warning("closing the Pulsar %s failed: %s", type(closable).__name__, exc)
+        self._consumer = self._client = None
 
     # ------------------------------------------------------------ internals
 
