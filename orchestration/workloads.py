@@ -1,0 +1,34 @@
+"""Names shared by the consumer job, the discovery sensor and the CLI: the ``workloads``
+partitions, run tags, and where workload specs live.
+
+One module so the sensor can target the job by name and tag runs the way the job and
+``lanehouse workloads`` read them, without importing each other.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Final
+
+from dagster import DynamicPartitionsDefinition
+
+#: One dynamic partition per workload name: the UI shows one row per workload.
+WORKLOAD_PARTITIONS: Final = DynamicPartitionsDefinition(name="workloads")
+#: The job that runs one workload (partition key = workload name) until it is stopped.
+CONSUMER_JOB_NAME: Final = "consume_workload"
+#: The sensor that registers workloads and starts, restarts and stops their runs.
+DISCOVERY_SENSOR_NAME: Final = "workload_discovery"
+
+#: Run tags: which workload a run serves, which spec it runs, which generation it is.
+WORKLOAD_TAG: Final = "lanehouse/workload"
+SPEC_HASH_TAG: Final = "lanehouse/spec_hash"
+GENERATION_TAG: Final = "lanehouse/generation"
+
+#: Where workload specs live unless ``LANEHOUSE_WORKLOADS`` says otherwise.
+DEFAULT_WORKLOADS_DIR: Final = Path(__file__).resolve().parent.parent / "workloads"
+
+
+def workloads_dir() -> Path:
+    """The directory of workload specs (``$LANEHOUSE_WORKLOADS`` or the repo's ``workloads/``)."""
+    return Path(os.environ.get("LANEHOUSE_WORKLOADS", DEFAULT_WORKLOADS_DIR))
