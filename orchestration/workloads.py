@@ -24,6 +24,9 @@ DISCOVERY_SENSOR_NAME: Final = "workload_discovery"
 WORKLOAD_TAG: Final = "lanehouse/workload"
 SPEC_HASH_TAG: Final = "lanehouse/spec_hash"
 GENERATION_TAG: Final = "lanehouse/generation"
+#: Set on a run stopped by ``lanehouse up``'s shutdown (value ``platform``): unlike a run a person
+#: terminated, the discovery sensor starts that workload again when the platform comes back.
+STOP_REASON_TAG: Final = "lanehouse/stop_reason"
 
 #: Where workload specs live unless ``LANEHOUSE_WORKLOADS`` says otherwise.
 DEFAULT_WORKLOADS_DIR: Final = Path(__file__).resolve().parent.parent / "workloads"

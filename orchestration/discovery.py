@@ -1,0 +1,238 @@
+"""The workload discovery sensor: one run of ``consume_workload`` per enabled workload.
+
+Every tick (10 s apart by default) it reads the workloads directory
+(:mod:`orchestration.registry`), registers each valid workload as a ``workloads`` partition, and
+starts, restarts and stops the consumer runs. The decisions are a pure function
+(:func:`orchestration.discovery_logic.decide`); this module gathers its inputs from the instance
+and applies its outputs.
+
+What an operator sees:
+
+* **The tick.** When nothing is launched, the skip reason is one summary line: workloads by
+  phase (running, starting, stopping, waiting to restart, stopped by a person, disabled, held),
+  ``CRASH-LOOPING: <names>`` and the number of invalid spec files. Every tick logs its decisions,
+  each invalid file (file, field, reason) as an error and each crash-looping workload as a
+  warning (the tick's "View logs" in the UI).
+* **The runs.** Runs it launches carry ``lanehouse/workload``, ``lanehouse/spec_hash`` and
+  ``lanehouse/generation``; a restart after crashes adds ``lanehouse/restarts`` (recent crashes)
+  and, once crash-looping, ``lanehouse/crash_loop=true`` (filter the Runs page by that tag).
+  A run it stops gets ``lanehouse/stop_reason`` (``removed``, ``disabled``, ``spec_changed``,
+  ``superseded``) before Dagster terminates it.
+* **The cursor** (sensor page): the per-workload state as JSON
+  (:class:`~orchestration.discovery_state.DiscoveryState`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from dagster import (
+    AddDynamicPartitionsRequest,
+    DagsterInstance,
+    DagsterRunStatus,
+    DefaultSensorStatus,
+    DeleteDynamicPartitionsRequest,
+    RunRecord,
+    RunRequest,
+    RunsFilter,
+    SensorDefinition,
+    SensorEvaluationContext,
+    SensorResult,
+    sensor,
+)
+
+from orchestration.discovery_logic import decide, tracked_run_ids
+from orchestration.discovery_state import (
+    FINISHED,
+    Cancel,
+    DiscoveryState,
+    RestartPolicy,
+    RunInfo,
+)
+from orchestration.registry import SpecCache, read_registry
+from orchestration.workloads import (
+    CONSUMER_JOB_NAME,
+    DISCOVERY_SENSOR_NAME,
+    GENERATION_TAG,
+    SPEC_HASH_TAG,
+    STOP_REASON_TAG,
+    WORKLOAD_PARTITIONS,
+    WORKLOAD_TAG,
+    workloads_dir,
+)
+
+__all__ = ["build_discovery_sensor", "collect_runs", "run_info", "workload_discovery_sensor"]
+
+#: Dagster's system tags: the partition a run serves; set on re-executions.
+PARTITION_TAG = "dagster/partition"
+PARENT_RUN_TAG = "dagster/parent_run_id"
+#: Run changes are re-read with this overlap, for writers whose clocks or commits lag.
+WATERMARK_OVERLAP = 60.0
+#: Without a watermark (first tick, cursor reset) this many recent runs stand for the history.
+HISTORY_LIMIT = 1000
+
+_UNFINISHED = [status for status in DagsterRunStatus if status not in FINISHED]
+_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def build_discovery_sensor(
+    directory: str | os.PathLike[str] | None = None,
+    *,
+    clock: Callable[[], float] = time.time,
+    policy: RestartPolicy | None = None,
+    minimum_interval_seconds: int = 10,
+) -> SensorDefinition:
+    """The sensor, reading ``directory`` (default: :func:`workloads_dir` at each tick).
+
+    ``clock`` (epoch seconds) times backoffs and crash windows; tests pass a manual one.
+    """
+    cache = SpecCache()
+
+    @sensor(
+        name=DISCOVERY_SENSOR_NAME,
+        job_name=CONSUMER_JOB_NAME,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=DefaultSensorStatus.RUNNING,
+        description=(
+            "Registers every workload spec as a 'workloads' partition and keeps one "
+            f"{CONSUMER_JOB_NAME} run per enabled workload: starts new ones, restarts crashed "
+            "ones with backoff, stops removed, disabled and changed ones. A run you terminate "
+            "stays stopped until you launch its partition again or change its spec."
+        ),
+    )
+    def workload_discovery(context: SensorEvaluationContext) -> SensorResult:
+        where = Path(directory) if directory is not None else workloads_dir()
+        return _evaluate(context, where, clock(), policy, cache)
+
+    return workload_discovery
+
+
+def _evaluate(
+    context: SensorEvaluationContext,
+    directory: Path,
+    now: float,
+    policy: RestartPolicy | None,
+    cache: SpecCache,
+) -> SensorResult:
+    instance = context.instance
+    registry = read_registry(directory, cache=cache)
+    state = DiscoveryState.from_cursor(context.cursor)
+    runs, watermark = collect_runs(instance, state)
+    partitions = instance.get_dynamic_partitions(_partitions_name())
+    decision = decide(registry, state, runs, partitions, now, policy)
+    for cancel in decision.cancels:
+        _stop(instance, context.log, cancel)
+    for message in decision.messages:
+        context.log.log(_LEVELS[message.level], message.text)
+    context.log.info(decision.summary)
+
+    partition_requests: list[AddDynamicPartitionsRequest | DeleteDynamicPartitionsRequest] = []
+    if decision.add_partitions:
+        partition_requests.append(
+            WORKLOAD_PARTITIONS.build_add_request(list(decision.add_partitions))
+        )
+    if decision.delete_partitions:
+        partition_requests.append(
+            WORKLOAD_PARTITIONS.build_delete_request(list(decision.delete_partitions))
+        )
+    run_requests = [
+        RunRequest(run_key=launch.run_key, partition_key=launch.workload, tags=launch.tags())
+        for launch in decision.launches
+    ]
+    cursor = decision.state.model_copy(update={"watermark": watermark}).to_cursor()
+    return SensorResult(
+        run_requests=run_requests,
+        skip_reason=None if run_requests else decision.summary,
+        cursor=cursor,
+        dynamic_partitions_requests=partition_requests,
+    )
+
+
+def collect_runs(
+    instance: DagsterInstance, state: DiscoveryState
+) -> tuple[list[RunInfo], float | None]:
+    """The consumer job's runs :func:`decide` needs, and the new watermark.
+
+    Every unfinished run; runs updated since the watermark (minus an overlap), which catches
+    runs that started and ended between ticks; and the runs the state tracks as unfinished, in
+    case their last update is older than the watermark.
+    """
+    records: dict[str, RunRecord] = {}
+
+    def add(batch: list[RunRecord]) -> None:
+        for record in batch:
+            known = records.get(record.dagster_run.run_id)
+            if known is None or record.update_timestamp >= known.update_timestamp:
+                records[record.dagster_run.run_id] = record
+
+    add(
+        list(instance.get_run_records(RunsFilter(job_name=CONSUMER_JOB_NAME, statuses=_UNFINISHED)))
+    )
+    if state.watermark is None:
+        recent = RunsFilter(job_name=CONSUMER_JOB_NAME)
+        add(list(instance.get_run_records(recent, limit=HISTORY_LIMIT)))
+    else:
+        after = datetime.fromtimestamp(state.watermark - WATERMARK_OVERLAP, tz=UTC)
+        recent = RunsFilter(job_name=CONSUMER_JOB_NAME, updated_after=after)
+        add(list(instance.get_run_records(recent)))
+    missing = tracked_run_ids(state) - records.keys()
+    if missing:
+        add(list(instance.get_run_records(RunsFilter(run_ids=sorted(missing)))))
+    stamps = [record.update_timestamp.timestamp() for record in records.values()]
+    if state.watermark is not None:
+        stamps.append(state.watermark)
+    runs = [info for record in records.values() if (info := run_info(record)) is not None]
+    return runs, max(stamps, default=None)
+
+
+def run_info(record: RunRecord) -> RunInfo | None:
+    """What the sensor needs of one run; None for a run that names no workload."""
+    run = record.dagster_run
+    tags = run.tags
+    workload = tags.get(WORKLOAD_TAG) or tags.get(PARTITION_TAG)
+    if not workload:
+        return None
+    raw = tags.get(GENERATION_TAG, "")
+    generation = int(raw) if raw.isdigit() else None
+    return RunInfo(
+        run_id=run.run_id,
+        storage_id=record.storage_id,
+        workload=workload,
+        status=run.status,
+        by_sensor=generation is not None and PARENT_RUN_TAG not in tags,
+        generation=generation,
+        spec_hash=tags.get(SPEC_HASH_TAG),
+        stop_reason=tags.get(STOP_REASON_TAG),
+    )
+
+
+def _stop(instance: DagsterInstance, log: logging.Logger, cancel: Cancel) -> None:
+    """Tag the run with why, then ask Dagster to terminate it (one SIGINT to the run)."""
+    what = f"{cancel.workload}: run {cancel.run_id} ({cancel.reason})"
+    try:
+        instance.add_run_tags(cancel.run_id, {STOP_REASON_TAG: cancel.reason})
+        confirmed = instance.run_coordinator.cancel_run(cancel.run_id)
+    except Exception as exc:  # one failed stop must not block the other workloads
+        log.error(f"{what}: could not be stopped, retrying next tick: {type(exc).__name__}: {exc}")
+        return
+    if not confirmed:
+        log.warning(
+            f"{what}: Dagster did not confirm the termination; if the run stays CANCELING, "
+            "terminate it from the UI (force termination marks it CANCELED)"
+        )
+
+
+def _partitions_name() -> str:
+    name = WORKLOAD_PARTITIONS.name
+    if name is None:
+        raise TypeError("WORKLOAD_PARTITIONS must be a named DynamicPartitionsDefinition")
+    return name
+
+
+#: The sensor for ``Definitions(sensors=[...])``.
+workload_discovery_sensor = build_discovery_sensor()

@@ -1,0 +1,399 @@
+"""Discovery sensor ticks on a real Dagster instance.
+
+Most tests evaluate the sensor the way the code server does (``evaluate_tick``: partition keys
+checked against a job named ``consume_workload`` partitioned by ``workloads``, sensor tags
+added) and apply the result the way the sensor daemon does: partition requests first, then one
+run per run request unless a run with that run key exists. Runs start at once (the stand-in job
+never executes); the test moves them through FAILURE or CANCELED with the instance's own report
+calls, stops go through the real ``run_coordinator.cancel_run``, and time is a manual clock.
+One test runs the real sensor daemon iteration against an in-process code location instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from dagster import (
+    AddDynamicPartitionsRequest,
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    Definitions,
+    RunsFilter,
+    build_sensor_context,
+    instance_for_test,
+)
+from dagster._core.definitions.sensor_definition import SensorExecutionData
+from dagster._core.remote_origin import InProcessCodeLocationOrigin
+from dagster._core.test_utils import (
+    InProcessTestWorkspaceLoadTarget,
+    create_test_daemon_workspace_context,
+    freeze_time,
+)
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+from dagster._daemon.sensor import execute_sensor_iteration
+
+from orchestration.discovery import build_discovery_sensor, workload_discovery_sensor
+from orchestration.discovery_state import CRASH_LOOP_TAG, RESTARTS_TAG, RestartPolicy
+from orchestration.workloads import (
+    CONSUMER_JOB_NAME,
+    DISCOVERY_SENSOR_NAME,
+    GENERATION_TAG,
+    SPEC_HASH_TAG,
+    STOP_REASON_TAG,
+    WORKLOAD_TAG,
+)
+from tests.integration import discovery_defs
+from tests.integration.discovery_defs import stand_in
+
+RUN_KEY_TAG = "dagster/run_key"
+SENSOR_NAME_TAG = "dagster/sensor_name"
+PARTITION_TAG = "dagster/partition"
+S = DagsterRunStatus
+POLICY = RestartPolicy(base_backoff=5, max_backoff=40, crash_loop_threshold=3)
+
+SPEC = """\
+name: {name}
+source:
+  kind: kafka
+  bootstrap_servers: 127.0.0.1:9092
+  topics: [{name}-in]
+handler: consumers.examples:enrich
+concurrency: {concurrency}
+enabled: {enabled}
+"""
+
+
+class ListHandler(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@dataclass
+class Platform:
+    """An instance, a workloads directory, the sensor and a manual clock."""
+
+    instance: DagsterInstance
+    directory: Path
+    now: float = 1_000_000.0
+    cursor: str | None = None
+    logs: list[logging.LogRecord] = field(default_factory=list)
+    #: How long the last ``evaluate_tick`` took (the sensor's work, not the daemon's).
+    evaluated_in: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.sensor = build_discovery_sensor(self.directory, clock=lambda: self.now, policy=POLICY)
+        self.defs = Definitions(jobs=[stand_in], sensors=[self.sensor])
+
+    def write(self, name: str, concurrency: int = 10, enabled: bool = True) -> None:
+        text = SPEC.format(name=name, concurrency=concurrency, enabled=str(enabled).lower())
+        (self.directory / f"{name}.yaml").write_text(text)
+
+    def tick(self) -> SensorExecutionData:
+        # Like the code server: an instance ref, so partition keys are checked against storage.
+        context = build_sensor_context(
+            instance=self.instance,
+            instance_ref=self.instance.get_ref(),
+            cursor=self.cursor,
+            definitions=self.defs,
+        )
+        handler = ListHandler()
+        context.log.addHandler(handler)
+        started = time.perf_counter()
+        data = self.sensor.evaluate_tick(context)
+        self.evaluated_in = time.perf_counter() - started
+        self.logs = handler.records
+        self.cursor = data.cursor
+        for request in data.dynamic_partitions_requests or []:
+            if isinstance(request, AddDynamicPartitionsRequest):
+                self.instance.add_dynamic_partitions(
+                    request.partitions_def_name, request.partition_keys
+                )
+            else:
+                for key in request.partition_keys:
+                    self.instance.delete_dynamic_partition(request.partitions_def_name, key)
+        for run_request in data.run_requests or []:
+            used = RunsFilter(tags={RUN_KEY_TAG: str(run_request.run_key)})
+            if self.instance.get_runs(used):
+                continue
+            self.instance.create_run_for_job(
+                stand_in,
+                run_config=run_request.run_config,
+                tags={**run_request.tags, RUN_KEY_TAG: str(run_request.run_key)},
+                status=S.STARTED,
+            )
+        return data
+
+    def log_text(self, level: int = logging.INFO) -> str:
+        return "\n".join(r.getMessage() for r in self.logs if r.levelno >= level)
+
+    def runs(self, name: str) -> list[DagsterRun]:
+        """The workload's runs, newest first."""
+        filters = RunsFilter(job_name=CONSUMER_JOB_NAME, tags={PARTITION_TAG: name})
+        return list(self.instance.get_runs(filters))
+
+    def partitions(self) -> set[str]:
+        return set(self.instance.get_dynamic_partitions("workloads"))
+
+    def launch_from_ui(self, name: str) -> DagsterRun:
+        """What the launchpad does for one partition: the job's partition tags, nothing of ours."""
+        tags = stand_in.get_tags_for_partition_key(name, selected_asset_keys=None)
+        return self.instance.create_run_for_job(stand_in, tags=tags, status=S.STARTED)
+
+    def terminate_from_ui(self, run: DagsterRun) -> None:
+        self.instance.report_run_canceling(run)
+        self.instance.report_run_canceled(run)
+
+    def finish(self, run: DagsterRun) -> None:
+        """The op returned after the SIGINT: the run ends CANCELED."""
+        self.instance.report_run_canceled(run)
+
+
+@pytest.fixture
+def platform(tmp_path: Path) -> Iterator[Platform]:
+    directory = tmp_path / "workloads"
+    directory.mkdir()
+    (tmp_path / "home").mkdir()
+    with instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        yield Platform(instance, directory)
+
+
+def test_sensor_definition() -> None:
+    sensor = workload_discovery_sensor
+    assert sensor.name == DISCOVERY_SENSOR_NAME
+    assert sensor.job_name == CONSUMER_JOB_NAME
+    assert sensor.minimum_interval_seconds == 10
+    assert sensor.default_status.value == "RUNNING"
+    Definitions.validate_loadable(Definitions(jobs=[stand_in], sensors=[sensor]))
+
+
+def test_new_workload_is_registered_and_launched_once(platform: Platform) -> None:
+    platform.write("orders")
+    data = platform.tick()
+    assert platform.partitions() == {"orders"}
+    assert len(data.run_requests or []) == 1
+    (run,) = platform.runs("orders")
+    assert run.tags[WORKLOAD_TAG] == "orders"
+    assert run.tags[GENERATION_TAG] == "1"
+    assert run.tags[PARTITION_TAG] == "orders"
+    assert run.tags[SENSOR_NAME_TAG] == DISCOVERY_SENSOR_NAME
+    assert run.tags[RUN_KEY_TAG] == f"orders:{run.tags[SPEC_HASH_TAG]}:1"
+
+    for _ in range(3):
+        platform.now += 10
+        again = platform.tick()
+        assert again.run_requests == []
+        assert again.skip_message == "workloads: 1 running"
+    assert len(platform.runs("orders")) == 1
+
+
+def test_changed_spec_waits_for_the_old_run_to_end(platform: Platform) -> None:
+    platform.write("orders", concurrency=10)
+    platform.tick()
+    (old,) = platform.runs("orders")
+    platform.write("orders", concurrency=20)
+
+    platform.tick()
+    old = platform.instance.get_run_by_id(old.run_id) or pytest.fail("run vanished")
+    assert old.status == S.CANCELING  # the real cancel_run, through the run coordinator
+    assert old.tags[STOP_REASON_TAG] == "spec_changed"
+    for _ in range(3):
+        platform.now += 10
+        assert platform.tick().run_requests == []  # CANCELING is active
+    assert len(platform.runs("orders")) == 1
+
+    platform.finish(old)
+    platform.now += 10
+    assert len(platform.tick().run_requests or []) == 1
+    new, _ = platform.runs("orders")
+    assert new.tags[GENERATION_TAG] == "2"
+    assert new.tags[SPEC_HASH_TAG] != old.tags[SPEC_HASH_TAG]
+
+
+def test_removed_workload_is_stopped_and_its_partition_deleted(platform: Platform) -> None:
+    platform.write("orders")
+    platform.write("clicks")
+    platform.tick()
+    (run,) = platform.runs("orders")
+    (platform.directory / "orders.yaml").unlink()
+
+    platform.tick()
+    assert platform.instance.get_run_by_id(run.run_id).status == S.CANCELING  # type: ignore[union-attr]
+    assert platform.partitions() == {"orders", "clicks"}  # kept while the run drains
+    platform.finish(run)
+    platform.tick()
+    assert platform.partitions() == {"clicks"}
+    assert len(platform.runs("clicks")) == 1
+
+
+def test_crashed_run_restarts_after_backoff_and_crash_loop_is_tagged(platform: Platform) -> None:
+    platform.write("orders")
+    platform.tick()
+    for crashes, delay in ((1, 5), (2, 10), (3, 40), (4, 40)):
+        platform.instance.report_run_failed(platform.runs("orders")[0])
+        platform.now += 1
+        assert platform.tick().run_requests == []
+        platform.now += delay - 1
+        waiting = platform.tick()
+        assert waiting.run_requests == []
+        assert "waiting to restart" in (waiting.skip_message or "")
+        platform.now += 1
+        assert len(platform.tick().run_requests or []) == 1
+        restarted = platform.runs("orders")[0]
+        assert restarted.tags[RESTARTS_TAG] == str(crashes)
+        assert (restarted.tags.get(CRASH_LOOP_TAG) == "true") == (crashes >= 3)
+    platform.instance.report_run_failed(platform.runs("orders")[0])
+    flagged = platform.tick()
+    assert "CRASH-LOOPING: orders" in (flagged.skip_message or "")
+    assert "orders is CRASH-LOOPING" in platform.log_text(logging.WARNING)
+
+
+def test_a_run_that_started_and_failed_between_two_ticks_is_seen(platform: Platform) -> None:
+    platform.write("orders")
+    platform.tick()
+    platform.now += 10
+    platform.tick()  # the watermark now stands past the first run's creation
+    platform.instance.report_run_failed(platform.runs("orders")[0])
+    platform.now += 10
+    platform.tick()
+    platform.now += POLICY.base_backoff
+    assert len(platform.tick().run_requests or []) == 1
+    (new, _) = platform.runs("orders")
+    # It crashes before the sensor ever saw it running: only "updated since" finds it.
+    platform.instance.report_run_failed(new)
+    platform.now += 10
+    platform.tick()
+    assert "(2 crash(es)" in platform.log_text(logging.WARNING)
+
+
+def test_user_terminated_run_stays_stopped_until_relaunched(platform: Platform) -> None:
+    platform.write("orders")
+    platform.tick()
+    platform.terminate_from_ui(platform.runs("orders")[0])
+    for _ in range(5):
+        platform.now += 600
+        stopped = platform.tick()
+        assert stopped.run_requests == []
+        assert stopped.skip_message == "workloads: 1 stopped by a person"
+    assert len(platform.runs("orders")) == 1
+
+    theirs = platform.launch_from_ui("orders")
+    platform.now += 10
+    assert platform.tick().skip_message == "workloads: 1 running"
+    # Managed again: a spec change replaces their run like any other.
+    platform.write("orders", concurrency=99)
+    platform.tick()
+    theirs = platform.instance.get_run_by_id(theirs.run_id) or pytest.fail("run vanished")
+    assert theirs.status == S.CANCELING
+    platform.finish(theirs)
+    assert len(platform.tick().run_requests or []) == 1
+    assert platform.runs("orders")[0].tags[GENERATION_TAG] == "2"
+
+
+def test_invalid_spec_is_reported_and_others_are_unaffected(platform: Platform) -> None:
+    platform.write("orders")
+    platform.tick()
+    (platform.directory / "broken.yaml").write_text("name: broken\nsource: {kind: kafka}\n")
+    platform.write("clicks")
+    data = platform.tick()
+    assert [r.partition_key for r in data.run_requests or []] == ["clicks"]
+    errors = platform.log_text(logging.ERROR)
+    assert f"invalid spec {platform.directory / 'broken.yaml'}: source.bootstrap_servers:" in errors
+    assert platform.partitions() == {"orders", "clicks"}
+
+    # The running workload's own file breaks: its run goes on, nothing else happens.
+    (run,) = platform.runs("orders")
+    (platform.directory / "orders.yaml").write_text("name: orders\nconcurrency: [\n")
+    platform.now += 10
+    held = platform.tick()
+    assert held.skip_message is not None
+    assert "1 held (invalid spec)" in held.skip_message
+    assert "2 invalid spec file(s)" in held.skip_message
+    assert platform.instance.get_run_by_id(run.run_id).status == S.STARTED  # type: ignore[union-attr]
+    assert platform.partitions() == {"orders", "clicks"}
+
+
+def test_disabled_workload_is_a_partition_without_a_run(platform: Platform) -> None:
+    platform.write("orders", enabled=False)
+    data = platform.tick()
+    assert (data.run_requests, platform.partitions()) == ([], {"orders"})
+    platform.write("orders", enabled=True)
+    assert len(platform.tick().run_requests or []) == 1
+    platform.write("orders", enabled=False)
+    platform.tick()
+    run = platform.runs("orders")[0]
+    assert run.tags[STOP_REASON_TAG] == "disabled"
+    platform.finish(run)
+    assert platform.tick().skip_message == "workloads: 1 disabled"
+
+
+def test_two_hundred_workloads_tick_well_under_a_second(platform: Platform) -> None:
+    for number in range(200):
+        platform.write(f"w{number:03}")
+    first = platform.tick()
+    # 200 specs parsed and 200 run requests resolved against the job.
+    first_tick = platform.evaluated_in
+    assert len(first.run_requests or []) == 200
+    assert len(platform.partitions()) == 200
+    steady = []
+    for _ in range(3):  # 200 active runs, specs from the cache
+        platform.now += 10
+        data = platform.tick()
+        steady.append(platform.evaluated_in)
+        assert data.skip_message == "workloads: 200 running"
+    assert first_tick < 1.0, f"first tick took {first_tick:.3f} s"
+    assert max(steady) < 0.5, f"steady ticks took {steady}"
+
+
+def test_the_sensor_daemon_accepts_what_the_sensor_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real daemon iteration: partitions added, runs queued with run key and tags, stops."""
+    directory = tmp_path / "workloads"
+    directory.mkdir()
+    monkeypatch.setenv("LANEHOUSE_WORKLOADS", str(directory))
+    (directory / "orders.yaml").write_text(
+        SPEC.format(name="orders", concurrency=1, enabled="true")
+    )
+    origin = LoadableTargetOrigin(
+        python_file=discovery_defs.__file__, attribute="defs", working_directory=os.getcwd()
+    )
+    target = InProcessTestWorkspaceLoadTarget(InProcessCodeLocationOrigin(origin))
+    logger = logging.getLogger("test_discovery_daemon")
+    (tmp_path / "home").mkdir()
+    with (
+        instance_for_test(temp_dir=str(tmp_path / "home")) as instance,
+        create_test_daemon_workspace_context(target, instance) as workspace,
+    ):
+
+        def iterate(at: float) -> list[DagsterRun]:
+            with freeze_time(at):  # the daemon honours minimum_interval_seconds by its clock
+                list(execute_sensor_iteration(workspace, logger, None, None))
+            filters = RunsFilter(job_name=CONSUMER_JOB_NAME)
+            return list(instance.get_runs(filters))
+
+        start = time.time()
+        (first,) = iterate(start)  # default_status=RUNNING: nobody had to start it
+        assert first.status == S.QUEUED
+        assert instance.get_dynamic_partitions("workloads") == ["orders"]
+        assert first.tags[PARTITION_TAG] == "orders"
+        assert first.tags[RUN_KEY_TAG] == f"orders:{first.tags[SPEC_HASH_TAG]}:1"
+
+        (directory / "orders.yaml").write_text(
+            SPEC.format(name="orders", concurrency=2, enabled="true")
+        )
+        (first,) = iterate(start + 15)  # a queued run is canceled at once by the queue
+        assert (first.status, first.tags[STOP_REASON_TAG]) == (S.CANCELED, "spec_changed")
+        second, first = iterate(start + 30)
+        assert (second.status, second.tags[GENERATION_TAG]) == (S.QUEUED, "2")
+        assert second.tags[SPEC_HASH_TAG] != first.tags[SPEC_HASH_TAG]
