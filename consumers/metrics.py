@@ -9,6 +9,7 @@ ints read under the GIL, and a scrape racing a rebalance simply retries once.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -69,6 +70,80 @@ def key_label(key: bytes | None) -> str:
     return text if len(text) <= KEY_LABEL_MAX else text[: KEY_LABEL_MAX - 1] + "…"
 
 
+@dataclass(frozen=True)
+class PartitionSnapshot:
+    """One assigned partition, as ``/metrics`` and the Dagster consumer job report it."""
+
+    topic: str
+    partition: int
+    #: Delivered records not yet below the commit position.
+    buffered: int
+    #: Log end (client-cached) minus the commit position; None until both are known.
+    lag: int | None
+    #: The record at the commit position (the pin), if any, and how long it has held it.
+    pinned_offset: int | None
+    pinned_key: bytes | None
+    pinned_seconds: float | None
+
+
+@dataclass(frozen=True)
+class WorkloadSnapshot:
+    """One workload's counters and gauges at one instant (one source of truth for every
+    reporter: the Prometheus collector and the consumer job's asset observations)."""
+
+    name: str
+    counters: dict[str, int]
+    commits: int
+    commit_failures: int
+    rebalances: int
+    in_flight: int
+    permits_held: int
+    waiting_lanes: int
+    abandoned_threads: int
+    partitions: tuple[PartitionSnapshot, ...]
+
+
+def workload_snapshot(app: ConsumerApp, name: str, now: float) -> WorkloadSnapshot:
+    """Read one workload's engine state; ``now`` is a reading of ``app.clock``.
+
+    Safe on the loop thread; from another thread a racing rebalance may raise ``RuntimeError``
+    or ``IndexError`` (retry once, as the collector does).
+    """
+    runner = app.runners[name]
+    source = app.sources[name]
+    parts = []
+    for part in runner.partitions():
+        tracker = part.tracker
+        position = tracker.position
+        lag = None
+        if part.high_watermark is not None and position is not None:
+            lag = max(part.high_watermark - position, 0)
+        head = tracker.head
+        parts.append(
+            PartitionSnapshot(
+                topic=part.topic,
+                partition=part.partition,
+                buffered=len(tracker),
+                lag=lag,
+                pinned_offset=head.offset if head is not None else None,
+                pinned_key=head.key if head is not None else None,
+                pinned_seconds=max(now - tracker.pinned_since, 0.0) if head is not None else None,
+            )
+        )
+    return WorkloadSnapshot(
+        name=name,
+        counters=runner.counters.snapshot(),
+        commits=source.commits,
+        commit_failures=source.commit_failures,
+        rebalances=source.rebalances,
+        in_flight=runner.in_flight,
+        permits_held=runner.permits_held,
+        waiting_lanes=runner.waiting_lanes,
+        abandoned_threads=runner.abandoned_threads,
+        partitions=tuple(parts),
+    )
+
+
 class EngineCollector(Collector):
     """Reads a :class:`ConsumerApp` at scrape time."""
 
@@ -125,29 +200,25 @@ class EngineCollector(Collector):
             "lanehouse_pool_size", "Permits in the pool.", labels=["pool"]
         )
         pool_free = GaugeMetricFamily("lanehouse_pool_free", "Free permits.", labels=["pool"])
-        for name, runner in list(app.runners.items()):
-            snap = runner.counters.snapshot()
+        for name in list(app.runners):
+            snap = workload_snapshot(app, name, now)
             for counter, family in counters.items():
-                family.add_metric([name], snap[counter])
-            source = app.sources[name]
-            commits.add_metric([name], source.commits)
-            commit_failures.add_metric([name], source.commit_failures)
-            rebalances.add_metric([name], source.rebalances)
-            in_flight.add_metric([name], runner.in_flight)
-            held.add_metric([name], runner.permits_held)
-            waiting.add_metric([name], runner.waiting_lanes)
-            abandoned.add_metric([name], runner.abandoned_threads)
-            for part in runner.partitions():
+                family.add_metric([name], snap.counters[counter])
+            commits.add_metric([name], snap.commits)
+            commit_failures.add_metric([name], snap.commit_failures)
+            rebalances.add_metric([name], snap.rebalances)
+            in_flight.add_metric([name], snap.in_flight)
+            held.add_metric([name], snap.permits_held)
+            waiting.add_metric([name], snap.waiting_lanes)
+            abandoned.add_metric([name], snap.abandoned_threads)
+            for part in snap.partitions:
                 labels = [name, part.topic, str(part.partition)]
-                tracker = part.tracker
-                buffered.add_metric(labels, len(tracker))
-                position = tracker.position
-                if part.high_watermark is not None and position is not None:
-                    lag.add_metric(labels, max(part.high_watermark - position, 0))
-                head = tracker.head
-                if head is not None:
-                    pin = [*labels, str(head.offset), key_label(head.key)]
-                    pinned.add_metric(pin, max(now - tracker.pinned_since, 0.0))
+                buffered.add_metric(labels, part.buffered)
+                if part.lag is not None:
+                    lag.add_metric(labels, part.lag)
+                if part.pinned_offset is not None and part.pinned_seconds is not None:
+                    pin = [*labels, str(part.pinned_offset), key_label(part.pinned_key)]
+                    pinned.add_metric(pin, part.pinned_seconds)
         tap = getattr(app, "tap", None)
         tap_dropped: list[Metric] = []
         if tap is not None:

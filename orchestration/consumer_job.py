@@ -1,0 +1,395 @@
+"""The consumer job: one Dagster run per workload (partition key = workload name) that runs the
+engine until the run is terminated.
+
+    launch ─► find the workload's spec in workloads_dir() ─► engine on an asyncio loop in the
+           op's thread, one AssetObservation per source topic every ``observe_every_seconds``
+    terminate (CANCELING + SIGINT) ─► drain (at most the spec's drain_timeout) ─► final commit
+           ─► final observation ─► the op re-raises the interrupt ─► run CANCELED
+
+Termination. Dagster terminates a run by marking it CANCELING and sending one SIGINT; nothing
+follows, and the run stays CANCELING until the op returns. While the engine runs the op owns
+SIGINT and SIGTERM (the previous handlers come back afterwards), and reads the run's status
+every ``STATUS_POLL_SECONDS``. The first signal, or the CANCELING status, asks for a graceful
+stop; a second signal, or the UI's force termination (status CANCELED), cancels the handler
+calls still running, so the drain ends at once (the final commit still covers completed records
+only). The engine's own signal handling is not used: it calls ``os._exit`` on the second
+signal, which would leave the run CANCELING for good.
+
+After a stop request the op raises ``DagsterExecutionInterruptedError``. Returning would end a
+terminated run SUCCESS under the in-process executor; re-raising lets Dagster decide as it does
+under the multiprocess executor: CANCELED when the run was being terminated, FAILURE
+("interrupted unexpectedly") for a signal Dagster did not send.
+
+Threads. The in-process executor runs the step inline on the thread that runs the job: the run
+worker's main thread (``dagster api execute_run``), or whoever calls ``execute_in_process``.
+Python allows signal handlers on the main thread only; elsewhere the status poll is the only
+termination notice. Everything that talks to Dagster (logs, observations) happens on the op's
+thread: the engine's loop runs there, and so does the reporting task.
+"""
+
+# No ``from __future__ import annotations``: Dagster reads the op's ``config`` annotation at
+# definition time and cannot resolve it from a string.
+import asyncio
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import Final
+
+from dagster import (
+    AssetKey,
+    AssetObservation,
+    Config,
+    DagsterExecutionInterruptedError,
+    DagsterRunStatus,
+    Failure,
+    OpExecutionContext,
+    in_process_executor,
+    job,
+    op,
+)
+from pydantic import Field
+
+from consumers.app import ConsumerApp, WorkloadSummary
+from consumers.config_utils import read_yaml_mapping, spec_files
+from consumers.errors import SpecError
+from consumers.metrics import WorkloadSnapshot, key_label, workload_snapshot
+from consumers.run import build_app
+from consumers.spec import WorkloadSpec, load_spec, spec_hash
+from orchestration.workloads import (
+    CONSUMER_JOB_NAME,
+    SPEC_HASH_TAG,
+    WORKLOAD_PARTITIONS,
+    workloads_dir,
+)
+
+#: How often the op reads its run's status (CANCELING: stop; CANCELED: stop at once).
+STATUS_POLL_SECONDS = 1.0
+#: How often an immediate stop checks whether the drain has begun.
+ABORT_POLL_SECONDS: Final = 0.01
+
+ObservationMetadata = dict[str, str | int | float | None]
+
+
+class ConsumerRunConfig(Config):
+    """Run config of the consumer op: ``{"ops": {"consume": {"config": {...}}}}``."""
+
+    pool_size: int | None = Field(
+        default=None, ge=1, description="Permits in the workload's pool (default: the engine's)."
+    )
+    observe_every_seconds: float = Field(
+        default=30.0, gt=0, description="Seconds between progress observations of each topic."
+    )
+
+
+# ---------------------------------------------------------------------------- finding the spec
+
+
+def find_workload(directory: Path, name: str) -> tuple[Path, WorkloadSpec]:
+    """The enabled spec named ``name`` in ``directory``, handler imported.
+
+    Raises ``Failure`` naming the file and field. A broken spec of *another* workload does not
+    stop this one: one bad file must not take every consumer run down.
+    """
+    if not directory.is_dir():
+        raise _failure(f"workloads directory {directory} does not exist (LANEHOUSE_WORKLOADS)")
+    matches: list[tuple[Path, WorkloadSpec]] = []
+    broken: list[SpecError] = []
+    for path in spec_files([directory]):
+        try:
+            spec = load_spec(path, import_handler=False)
+        except SpecError as exc:
+            if _declared_name(path) == name:
+                raise _failure(f"workload {name!r}: {exc}", exc) from exc
+            broken.append(exc)
+            continue
+        if spec.name == name:
+            matches.append((path, spec))
+    if not matches:
+        detail = "".join(f"; unreadable: {exc}" for exc in broken)
+        raise _failure(f"no workload named {name!r} in {directory}{detail}")
+    if len(matches) > 1:
+        files = " and ".join(str(path) for path, _ in matches)
+        raise _failure(f"workload {name!r} is declared twice (field name): {files}")
+    path, spec = matches[0]
+    if not spec.enabled:
+        error = SpecError(str(path), "enabled", f"workload {name!r} is disabled (enabled: false)")
+        raise _failure(str(error), error)
+    try:
+        return path, load_spec(path)  # now with the handler and interceptors imported
+    except SpecError as exc:
+        raise _failure(f"workload {name!r}: {exc}", exc) from exc
+
+
+def _declared_name(path: Path) -> object:
+    """The raw ``name:`` of a file that failed validation (it may still be the one asked for)."""
+    try:
+        return read_yaml_mapping(path).get("name")
+    except SpecError:
+        return None
+
+
+def _failure(description: str, error: SpecError | None = None) -> Failure:
+    """No retry: a spec problem stays until someone edits the file."""
+    metadata = {"file": error.file, "field": error.field} if error is not None else {}
+    return Failure(description=description, metadata=metadata, allow_retries=False)
+
+
+# ---------------------------------------------------------------------------- stopping
+
+
+class StopRequests:
+    """Graceful stop on the first request; immediate on a second signal or a forced termination.
+
+    Signals and the run's status can both announce one termination (Dagster marks the run
+    CANCELING, then signals), so only a second *signal* or the CANCELED status escalates.
+    Runs on the loop thread only.
+    """
+
+    def __init__(self, app: ConsumerApp, context: OpExecutionContext) -> None:
+        self._app = app
+        self._context = context
+        self._signals = 0
+        self.requested = False
+        self.immediate = False
+        self._abort: asyncio.Task[None] | None = None
+
+    def signal(self, name: str) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            self.stop(name)
+        else:
+            self.abort(f"second {name}")
+
+    def stop(self, reason: str) -> None:
+        if not self.requested:
+            self.requested = True
+            self._context.log.info(
+                f"stop requested ({reason}): draining in-flight records, then committing"
+            )
+            self._app.request_stop()
+
+    def abort(self, reason: str) -> None:
+        self.stop(reason)
+        if not self.immediate:
+            self.immediate = True
+            self._context.log.warning(
+                f"immediate stop ({reason}): cancelling running handler calls; "
+                "only completed records are committed"
+            )
+            self._abort = asyncio.ensure_future(_abort(self._app))
+
+    def close(self) -> None:
+        if self._abort is not None:
+            self._abort.cancel()
+
+
+async def _abort(app: ConsumerApp) -> None:
+    """End the drain at once: once no record can start any more, cancel the running ones.
+
+    A runner holding no permit runs nothing, and ``close()`` would unregister it from its pool,
+    which ``app.run()`` does once more on its way out: so only busy runners are closed here.
+    """
+    # The engine signals no event when its drain begins; this wait lasts a few loop turns.
+    while not all(runner.stopping for runner in app.runners.values()):  # noqa: ASYNC110
+        await asyncio.sleep(ABORT_POLL_SECONDS)
+    for runner in app.runners.values():
+        if runner.permits_held:
+            runner.close()
+
+
+@contextmanager
+def stop_signals(loop: asyncio.AbstractEventLoop, stop: StopRequests) -> Iterator[bool]:
+    """Route SIGINT and SIGTERM to ``stop`` while the engine runs, then restore the previous
+    handlers (Dagster's). Yields False off the main thread, where Python allows no handler.
+
+    ``signal.signal`` rather than ``loop.add_signal_handler``: removing the latter resets the
+    handler to the default first, a window in which a SIGTERM would kill the run worker.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield False
+        return
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        loop.call_soon_threadsafe(stop.signal, signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield True
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+
+async def watch_run_status(context: OpExecutionContext, stop: StopRequests) -> None:
+    """Stop when the run is CANCELING, at once when it was force-terminated (CANCELED).
+
+    The only termination notice off the main thread, and a backstop on it: a terminate whose
+    signal never arrives (the launcher could not reach the run) still stops the consumer.
+    """
+    instance, run_id = context.instance, context.run_id
+    while not stop.immediate:
+        await asyncio.sleep(STATUS_POLL_SECONDS)
+        # Off the loop: a slow run storage must not stall handlers. Instances are thread-safe
+        # (the daemon shares one across threads).
+        run = await asyncio.to_thread(instance.get_run_by_id, run_id)
+        if run is None:
+            continue
+        if run.status == DagsterRunStatus.CANCELING:
+            stop.stop("the run is being terminated")
+        elif run.status == DagsterRunStatus.CANCELED:
+            stop.abort("the run was force-terminated")
+
+
+# ---------------------------------------------------------------------------- reporting
+
+
+def topic_metadata(
+    snap: WorkloadSnapshot, topic: str, throughput: float, status: str
+) -> ObservationMetadata:
+    """One topic's observation. Counters and in-flight calls are the workload's (the engine
+    counts per workload); lag and the watermark pin are this topic's partitions'."""
+    parts = [p for p in snap.partitions if p.topic == topic]
+    lags = [p.lag for p in parts if p.lag is not None]
+    pins = [p for p in parts if p.pinned_seconds is not None]
+    pin = max(pins, key=lambda p: p.pinned_seconds or 0.0) if pins else None
+    return {
+        "workload": snap.name,
+        "status": status,
+        "records_completed": snap.counters["completed"],
+        "records_failed": snap.counters["failed"],
+        "throughput_per_s": round(throughput, 3),
+        "lag": sum(lags) if lags else None,
+        "in_flight": snap.in_flight,
+        "partitions": len(parts),
+        "pinned_partition": pin.partition if pin else None,
+        "pinned_offset": pin.pinned_offset if pin else None,
+        "pinned_key": key_label(pin.pinned_key) if pin else None,
+        "pinned_seconds": round(pin.pinned_seconds or 0.0, 3) if pin else None,
+    }
+
+
+class Reporter:
+    """Observes each source topic asset from engine snapshots (on the op's thread only)."""
+
+    def __init__(self, context: OpExecutionContext, app: ConsumerApp, spec: WorkloadSpec) -> None:
+        # Imported here: orchestration.definitions will import this module for the job.
+        from orchestration.definitions import topic_asset_key
+
+        self._context = context
+        self._app = app
+        self._name = spec.name
+        self._keys = {
+            topic: AssetKey(topic_asset_key(topic, spec.source.kind))
+            for topic in spec.source.topics
+        }
+        self._since = app.clock.now()
+        self._completed = 0
+
+    async def every(self, seconds: float) -> None:
+        while True:
+            await self._app.clock.sleep(seconds)
+            self.observe("running")
+
+    def observe(self, status: str) -> None:
+        if self._name not in self._app.runners:
+            return  # the engine never started
+        now = self._app.clock.now()
+        snap = workload_snapshot(self._app, self._name, now)
+        completed = snap.counters["completed"]
+        elapsed = now - self._since
+        throughput = (completed - self._completed) / elapsed if elapsed > 0 else 0.0
+        self._since, self._completed = now, completed
+        for topic, key in self._keys.items():
+            metadata = topic_metadata(snap, topic, throughput, status)
+            self._context.log_event(AssetObservation(asset_key=key, metadata=metadata))
+        # log_event has already written the events to the instance; the context also keeps
+        # them (~4 KB each) until the op returns, which for a consumer is weeks: drop them.
+        for _ in self._context.consume_events():
+            pass
+
+
+# ---------------------------------------------------------------------------- the job
+
+
+async def serve(
+    context: OpExecutionContext,
+    app: ConsumerApp,
+    stop: StopRequests,
+    reporter: Reporter,
+    every: float,
+) -> list[WorkloadSummary]:
+    """Run the engine until it stops; observe periodically and once at the end."""
+    with stop_signals(asyncio.get_running_loop(), stop) as trapped:
+        if not trapped:
+            context.log.warning("op off the main thread: no signals; stopping on the run status")
+        engine = asyncio.ensure_future(app.run())
+        await asyncio.sleep(0)  # app.run() creates its stop event in its first step
+        if stop.requested:
+            app.request_stop()
+        helpers = [
+            asyncio.ensure_future(reporter.every(every)),
+            asyncio.ensure_future(watch_run_status(context, stop)),
+        ]
+        status = "failed"
+        try:
+            summaries = await engine
+            status = "stopped"
+            return summaries
+        finally:
+            for task in helpers:
+                task.cancel()
+            stop.close()
+            reporter.observe(status)
+
+
+@op(
+    description="Runs one workload (the partition key) until the run is terminated; reports "
+    "progress as observations of its source topics."
+)
+def consume(context: OpExecutionContext, config: ConsumerRunConfig) -> None:
+    name = context.partition_key
+    path, spec = find_workload(workloads_dir(), name)
+    digest = spec_hash(spec)
+    tagged = context.run.tags.get(SPEC_HASH_TAG)
+    if tagged is not None and tagged != digest:
+        context.log.warning(
+            f"{path} changed since this run was launched (spec {tagged}, now {digest}); "
+            "running the current file"
+        )
+    pool_sizes = {spec.permits.pool: config.pool_size} if config.pool_size else None
+    app = build_app([spec], pool_sizes)
+    stop = StopRequests(app, context)
+    reporter = Reporter(context, app, spec)
+    context.log.info(
+        f"workload {name}: starting from {path} (spec {digest}); topics "
+        f"{', '.join(spec.source.topics)}; pool {spec.permits.pool!r}"
+        f"{f' of {config.pool_size}' if config.pool_size else ''}; "
+        f"drain_timeout {spec.drain_timeout:g}s; observing every {config.observe_every_seconds:g}s"
+    )
+    try:
+        summaries = asyncio.run(serve(context, app, stop, reporter, config.observe_every_seconds))
+    except Exception as exc:
+        context.log.error(f"workload {name}: stopped by an error: {exc!r}")
+        raise
+    for summary in summaries:
+        counters = summary.counters
+        context.log.info(
+            f"workload {name}: stopped after {summary.seconds:.1f}s: "
+            f"{counters['completed']} records completed, {counters['failed']} failed attempts, "
+            f"{counters['commits']} commits ({counters['commit_failures']} failed)"
+        )
+    if stop.requested:
+        raise DagsterExecutionInterruptedError(f"workload {name} stopped on request")
+
+
+@job(
+    name=CONSUMER_JOB_NAME,
+    partitions_def=WORKLOAD_PARTITIONS,
+    executor_def=in_process_executor,
+    description="One workload's consumer, running until terminated (partition = workload).",
+)
+def consumer_job() -> None:
+    consume()

@@ -1,0 +1,444 @@
+"""The consumer job on a real Tansu broker and a real Dagster instance, executed in process.
+
+Termination is driven the way Dagster does it: mark the run CANCELING, then one SIGINT to the
+process (from a helper thread, while the op runs on the main thread). Handlers record into
+``tests.integration.job_handlers``, which the op imports in this same interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+from dagster import (
+    AssetKey,
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    EventLogRecord,
+    ExecuteInProcessResult,
+    Failure,
+    RunsFilter,
+    instance_for_test,
+)
+
+from consumers.backends.kafka import committed_offsets
+from consumers.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker, create_topic
+from consumers.sample import produce_sample
+from orchestration import consumer_job as consumer_job_module
+from orchestration.consumer_job import consumer_job
+from orchestration.definitions import topic_asset_key
+from orchestration.workloads import CONSUMER_JOB_NAME, WORKLOAD_PARTITIONS
+from tests.helpers import wait_until
+from tests.integration import job_handlers
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 4
+RECORDS = 8000
+OBSERVATION_KEYS = {
+    "workload",
+    "status",
+    "records_completed",
+    "records_failed",
+    "throughput_per_s",
+    "lag",
+    "in_flight",
+    "partitions",
+    "pinned_partition",
+    "pinned_offset",
+    "pinned_key",
+    "pinned_seconds",
+}
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+def write_spec(
+    directory: Path,
+    name: str,
+    broker: TansuBroker,
+    topic: str,
+    handler: str = "slow",
+    extra: str = "",
+) -> Path:
+    """A kafka spec for ``name`` whose handler is ``tests.integration.job_handlers:<handler>``;
+    ``extra`` lines are added, and replace a top-level field of the same name."""
+    config = "\n".join(f"    {k}: {v}" for k, v in TEST_CLIENT_CONFIG.items())
+    fields = {
+        "handler": f"tests.integration.job_handlers:{handler}",
+        "ordering": "key",
+        "concurrency": "20",
+        "commit_interval": "100ms",
+        "drain_timeout": "10s",
+    }
+    for line in filter(None, extra.splitlines()):
+        field, _, value = line.partition(":")
+        fields[field.strip()] = value.strip()
+    path = directory / f"{name}.yaml"
+    path.write_text(
+        f"""name: {name}
+source:
+  kind: kafka
+  bootstrap_servers: {broker.bootstrap}
+  topics: [{topic}]
+  group: {name}-group
+  config:
+{config}
+"""
+        + "".join(f"{field}: {value}\n" for field, value in fields.items())
+    )
+    return path
+
+
+def register(instance: DagsterInstance, workload: str) -> None:
+    """Add the workload's partition, as the discovery sensor would."""
+    assert WORKLOAD_PARTITIONS.name is not None
+    instance.add_dynamic_partitions(WORKLOAD_PARTITIONS.name, [workload])
+
+
+def active_run(instance: DagsterInstance) -> DagsterRun | None:
+    runs = instance.get_runs(
+        filters=RunsFilter(
+            job_name=CONSUMER_JOB_NAME,
+            statuses=[DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING],
+        )
+    )
+    assert len(runs) <= 1, f"expected at most one active consumer run, got {runs}"
+    return runs[0] if runs else None
+
+
+def logged(instance: DagsterInstance, text: str) -> Callable[[], bool]:
+    """Whether the newest consumer run logged a message containing ``text``."""
+
+    def check() -> bool:
+        runs = instance.get_runs(filters=RunsFilter(job_name=CONSUMER_JOB_NAME), limit=1)
+        return bool(runs) and any(
+            text in entry.user_message for entry in instance.all_logs(runs[0].run_id)
+        )
+
+    return check
+
+
+Action = Literal["terminate", "sigint", "canceling", "force"]
+
+
+class Operator(threading.Thread):
+    """Does to the running consumer run what Dagster and its users do, each step once its
+    condition holds: ``terminate`` (Dagster's terminate: CANCELING, then one SIGINT), ``sigint``,
+    ``canceling`` (the status alone), ``force`` (the UI's force termination: CANCELED).
+
+    When a condition fails the run is still terminated (a SIGINT only if ``may_signal``: off the
+    main thread the op gets none), so a broken test ends instead of hanging.
+    """
+
+    def __init__(
+        self,
+        instance: DagsterInstance,
+        *steps: tuple[Callable[[], object], Action],
+        may_signal: bool = True,
+    ) -> None:
+        super().__init__(name="operator", daemon=True)
+        self.instance = instance
+        self.steps = steps
+        self.may_signal = may_signal
+        self.error: BaseException | None = None
+        self.done_at: list[float] = []
+
+    def run(self) -> None:
+        try:
+            for i, (condition, action) in enumerate(self.steps):
+                wait_until(condition, 20, message=f"condition of step {i} ({action})")
+                self.act(action)
+                self.done_at.append(time.monotonic())
+        except BaseException as exc:
+            self.error = exc
+            if active_run(self.instance) is not None:
+                self.act("terminate" if self.may_signal else "canceling")
+
+    def act(self, action: Action) -> None:
+        run = active_run(self.instance)
+        assert run is not None, f"no active consumer run to {action}"
+        if action in ("terminate", "canceling") and run.status == DagsterRunStatus.STARTED:
+            self.instance.report_run_canceling(run)
+        if action == "force":
+            self.instance.report_run_canceled(run)
+        if action in ("terminate", "sigint"):
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+@dataclass
+class Run:
+    instance: DagsterInstance
+    result: ExecuteInProcessResult
+    status: DagsterRunStatus
+    topic: str
+    group: str
+    #: What the handler saw: (partition, offset) lists, copied when the run ended.
+    started: list[tuple[int, int]]
+    finished: list[tuple[int, int]]
+    cancelled: list[tuple[int, int]]
+
+
+def execute(instance: DagsterInstance, name: str, **config: Any) -> ExecuteInProcessResult:
+    return consumer_job.execute_in_process(
+        partition_key=name,
+        instance=instance,
+        run_config={"ops": {"consume": {"config": {"observe_every_seconds": 0.2, **config}}}},
+        raise_on_error=False,
+    )
+
+
+def handled_below_commit(
+    bootstrap: str, group: str, topic: str, finished: list[tuple[int, int]]
+) -> dict[int, int]:
+    """Committed positions, after checking every offset below one was handled."""
+    committed = committed_offsets(bootstrap, group, topic, PARTITIONS)
+    handled = set(finished)
+    for partition, position in committed.items():
+        lost = [o for o in range(max(position, 0)) if (partition, o) not in handled]
+        assert lost == [], f"partition {partition}: committed {position} past unhandled {lost[:5]}"
+    return committed
+
+
+def _metadata(record: EventLogRecord) -> dict[str, Any]:
+    observation = record.asset_observation
+    assert observation is not None
+    return {k: v.value for k, v in observation.metadata.items()}
+
+
+def first_unhandled(partition: int, finished: list[tuple[int, int]]) -> int:
+    handled = {o for p, o in finished if p == partition}
+    offset = 0
+    while offset in handled:
+        offset += 1
+    return offset
+
+
+# ---------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture
+def instance() -> Iterator[DagsterInstance]:
+    with instance_for_test() as inst:
+        yield inst
+
+
+@pytest.fixture
+def workloads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    directory = tmp_path / "workloads"
+    directory.mkdir()
+    monkeypatch.setenv("LANEHOUSE_WORKLOADS", str(directory))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def graceful_run(
+    kafka_broker: TansuBroker, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Run]:
+    """One consumer run terminated mid-stream, as Dagster does it (shared by two tests)."""
+    directory = tmp_path_factory.mktemp("workloads")
+    topic = f"consumer-job-graceful-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka_broker.bootstrap, topic, PARTITIONS)
+    produce_sample(kafka_broker.bootstrap, topic, RECORDS, keys=8)
+    write_spec(directory, "orders", kafka_broker, topic)
+    job_handlers.reset(per_record_delay=0.005)
+    with pytest.MonkeyPatch.context() as mp, instance_for_test() as inst:
+        mp.setenv("LANEHOUSE_WORKLOADS", str(directory))
+        # Only the signal may stop this run, not the status poll.
+        mp.setattr(consumer_job_module, "STATUS_POLL_SECONDS", 3600.0)
+        register(inst, "orders")
+        key = AssetKey(topic_asset_key(topic))
+
+        def lag_observed() -> bool:
+            records = inst.fetch_observations(key, limit=1).records
+            return bool(records) and _metadata(records[0])["lag"] is not None
+
+        operator = Operator(
+            inst, (lambda: len(job_handlers.finished) >= 200 and lag_observed(), "terminate")
+        )
+        operator.start()
+        result = execute(inst, "orders")
+        operator.join(5)
+        assert operator.error is None, operator.error
+        run = inst.get_run_by_id(result.run_id)
+        assert run is not None
+        yield Run(
+            inst,
+            result,
+            run.status,
+            topic,
+            "orders-group",
+            list(job_handlers.started),
+            list(job_handlers.finished),
+            list(job_handlers.cancelled),
+        )
+
+
+# ---------------------------------------------------------------------------------- tests
+
+
+def test_terminate_drains_commits_and_ends_the_run_canceled(
+    graceful_run: Run, kafka_broker: TansuBroker
+) -> None:
+    assert graceful_run.status == DagsterRunStatus.CANCELED
+    assert logged(graceful_run.instance, "stop requested (SIGINT)")()
+    finished = graceful_run.finished
+    assert graceful_run.cancelled == [], "a graceful stop must not cancel handler calls"
+    assert sorted(graceful_run.started) == sorted(finished), "the drain left work running"
+    assert 200 <= len(finished) < RECORDS, "the stop did not land mid-stream"
+    committed = handled_below_commit(
+        kafka_broker.bootstrap, graceful_run.group, graceful_run.topic, finished
+    )
+    # The final commit covers exactly the handled prefix of every partition.
+    assert committed == {p: first_unhandled(p, finished) for p in range(PARTITIONS)}
+
+
+def test_observations_report_progress_on_the_topic_asset(graceful_run: Run) -> None:
+    key = AssetKey(topic_asset_key(graceful_run.topic))
+    records = graceful_run.instance.fetch_observations(key, limit=1000).records
+    assert len(records) >= 2, "expected periodic observations and a final one"
+    assert {r.run_id for r in records} == {graceful_run.result.run_id}
+    metadata = [_metadata(r) for r in records]
+    for entry in metadata:
+        assert set(entry) == OBSERVATION_KEYS
+        assert entry["workload"] == "orders"
+    final, *earlier = metadata  # newest first
+    assert final["status"] == "stopped"
+    assert {e["status"] for e in earlier} == {"running"}
+    assert final["records_completed"] == len(graceful_run.finished)
+    assert final["in_flight"] == 0
+    assert final["partitions"] == PARTITIONS
+    # Lag counts from the commit position: records completed above a gap still count.
+    positions = [first_unhandled(p, graceful_run.finished) for p in range(PARTITIONS)]
+    assert final["lag"] == RECORDS - sum(positions)
+    completed = [e["records_completed"] for e in reversed(metadata)]
+    assert completed == sorted(completed), "records_completed must never go back"
+    assert any(e["throughput_per_s"] > 0 for e in earlier), "no throughput while running"
+    pinned = [e for e in earlier if e["pinned_offset"] is not None]
+    assert pinned and all(e["pinned_seconds"] >= 0 and e["pinned_key"] for e in pinned)
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "poll"),
+    [("terminate", "sigint", 3600.0), ("canceling", "force", 0.1)],
+    ids=["second-sigint", "force-termination"],
+)
+def test_a_second_request_cancels_running_calls_and_commits_only_completed(
+    kafka_broker: TansuBroker,
+    topic_factory: Callable[..., str],
+    instance: DagsterInstance,
+    workloads: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    first: Action,
+    second: Action,
+    poll: float,
+) -> None:
+    monkeypatch.setattr(consumer_job_module, "STATUS_POLL_SECONDS", poll)
+    topic = topic_factory(PARTITIONS)
+    produce_sample(kafka_broker.bootstrap, topic, 400, keys=8)
+    # The drain would wait a minute for the stuck records: only the second request ends it.
+    write_spec(workloads, "stuck", kafka_broker, topic, "stuck", "timeout: 5m\ndrain_timeout: 60s")
+    register(instance, "stuck")
+    job_handlers.reset(stuck_at=3)
+    stop_requested = logged(instance, "stop requested")
+
+    def only_stuck_running() -> bool:
+        running = set(job_handlers.started) - set(job_handlers.finished)
+        return all(offset == 3 for _, offset in running)
+
+    operator = Operator(
+        instance,
+        (lambda: any(offset == 3 for _, offset in job_handlers.started), first),
+        # Once draining, and only the stuck records still run (others finish in milliseconds).
+        (lambda: stop_requested() and only_stuck_running(), second),
+    )
+    operator.start()
+    result = execute(instance, "stuck")
+    ended = time.monotonic()
+    operator.join(5)
+    assert operator.error is None, operator.error
+    assert ended - operator.done_at[1] < 10, "the second request did not end the drain"
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None and run.status == DagsterRunStatus.CANCELED
+    assert logged(instance, "immediate stop")()
+    stuck = {(p, o) for p, o in job_handlers.started if o == 3}
+    assert stuck and set(job_handlers.cancelled) == stuck
+    committed = handled_below_commit(
+        kafka_broker.bootstrap, "stuck-group", topic, job_handlers.finished
+    )
+    for partition, offset in stuck:
+        assert 0 <= committed[partition] <= offset
+
+
+def test_off_the_main_thread_the_run_stops_once_it_is_canceling_and_pool_size_applies(
+    kafka_broker: TansuBroker,
+    topic_factory: Callable[..., str],
+    instance: DagsterInstance,
+    workloads: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(consumer_job_module, "STATUS_POLL_SECONDS", 0.1)
+    topic = topic_factory(PARTITIONS)
+    produce_sample(kafka_broker.bootstrap, topic, RECORDS, keys=8)
+    write_spec(workloads, "threaded", kafka_broker, topic)
+    register(instance, "threaded")
+    job_handlers.reset(per_record_delay=0.005)
+    results: list[ExecuteInProcessResult] = []
+    worker = threading.Thread(
+        target=lambda: results.append(execute(instance, "threaded", pool_size=3))
+    )
+    operator = Operator(
+        instance, (lambda: len(job_handlers.finished) >= 200, "canceling"), may_signal=False
+    )
+    worker.start()
+    operator.start()
+    operator.join(30)
+    worker.join(30)
+    assert operator.error is None, operator.error
+    assert not worker.is_alive(), "the run did not stop after it was marked CANCELING"
+    (result,) = results
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None and run.status == DagsterRunStatus.CANCELED
+    assert logged(instance, "off the main thread")()
+    assert logged(instance, "pool 'default' of 3")()
+    assert job_handlers.peak == 3, "the run config's pool_size did not bound the handler calls"
+    assert job_handlers.cancelled == []
+    assert len(job_handlers.finished) < RECORDS
+    finished = job_handlers.finished
+    committed = handled_below_commit(kafka_broker.bootstrap, "threaded-group", topic, finished)
+    assert committed == {p: first_unhandled(p, finished) for p in range(PARTITIONS)}
+
+
+@pytest.mark.parametrize(
+    ("name", "spec", "message"),
+    [
+        ("ghost", None, r"no workload named 'ghost' in .*workloads"),
+        ("paused", "enabled: false", r"paused\.yaml: enabled: workload 'paused' is disabled"),
+        ("broken", "concurrency: 0", r"broken\.yaml: concurrency: "),
+        ("nohandler", "handler: tests.nowhere:nothing", r"nohandler\.yaml: handler: "),
+    ],
+)
+def test_a_missing_disabled_or_invalid_workload_fails_naming_it(
+    kafka_broker: TansuBroker,
+    instance: DagsterInstance,
+    workloads: Path,
+    name: str,
+    spec: str | None,
+    message: str,
+) -> None:
+    write_spec(workloads, "other", kafka_broker, "some-topic")
+    if spec is not None:
+        write_spec(workloads, name, kafka_broker, "some-topic", extra=spec)
+    register(instance, name)
+    with pytest.raises(Failure, match=message):
+        consumer_job.execute_in_process(partition_key=name, instance=instance)
