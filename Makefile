@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: test demo lint bench lock clean venv
+.PHONY: test demo up lint bench lock clean venv
 
 venv: $(STAMP)
 
@@ -22,6 +22,9 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/lanehouse demo
+
+up: $(STAMP)
+	$(BIN)/lanehouse up
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

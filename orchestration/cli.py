@@ -8,6 +8,7 @@ Commands:
     consume   run workloads in this process until a signal or idleness
     demo      embedded brokers, a Kafka and a Pulsar stream, both workloads on one permit pool,
               a verified summary
+    up        the platform: brokers, demo producers, Dagster with the discovery sensor
     dead-letters list|replay   show a (Kafka) workload's dead letters, or republish them
 
 This module must stay importable without Dagster or Spark: commands that need them import them
@@ -454,6 +455,46 @@ def demo(
         _error(str(exc))
         raise typer.Exit(1) from exc
     raise typer.Exit(0 if ok else 1)
+
+
+@app.command()
+def up(
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            file_okay=False,
+            show_default=False,
+            help="Where Dagster's home, broker data and logs live (default $LANEHOUSE_HOME or "
+            ".lanehouse).",
+        ),
+    ] = None,
+    ui_port: Annotated[int, typer.Option(min=1, max=65535, help="Dagster UI port.")] = 3000,
+    kafka_port: Annotated[int, typer.Option(min=1, max=65535, help="Embedded Kafka port.")] = 9092,
+    pulsar_port: Annotated[
+        int, typer.Option(min=1, max=65535, help="Embedded Pulsar port.")
+    ] = 6650,
+    rate: Annotated[
+        float, typer.Option(min=0.1, help="Demo records per second into each workload's topic.")
+    ] = 20.0,
+) -> None:
+    """Run the platform: embedded brokers, demo producers and Dagster (UI, daemon, the discovery
+    sensor starting a consumer run per workload). Ctrl-C or SIGTERM stops it all, consumer runs
+    first (they drain and commit)."""
+    from orchestration.instance import state_dir as default_state_dir
+    from orchestration.up import UpSettings, run_up
+
+    settings = UpSettings(
+        state=default_state_dir(state_dir),
+        ui_port=ui_port,
+        kafka_port=kafka_port,
+        pulsar_port=pulsar_port,
+        rate=rate,
+    )
+    try:
+        run_up(settings, say=lambda text: err_console.print(escape(text), highlight=False))
+    except LanehouseError as exc:
+        _error(str(exc))
+        raise typer.Exit(1) from exc
 
 
 # --------------------------------------------------------------------------- dead letters

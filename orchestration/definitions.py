@@ -1,13 +1,16 @@
 """The Dagster code location (``workspace.yaml`` loads ``defs`` from here).
 
-For now it declares the topics every workload spec reads (Kafka and Pulsar) as external source
-assets, so the lineage starts at the broker. Sensors, consumer jobs and Spark assets come with the
-orchestration and landing issues.
+- the topics every valid workload spec reads (Kafka and Pulsar), as external source assets, so
+  the lineage starts at the broker (an invalid spec leaves the others' assets alone: the
+  discovery sensor reports it);
+- the consumer job (one long-running run per workload partition);
+- the discovery sensor, which keeps one consumer run per enabled workload.
+
+Spark assets come with the landing issue.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,10 +19,9 @@ from typing import Final, Literal
 from dagster import AssetSpec, Definitions
 
 from consumers.pulsar_options import validate_pulsar_topic
-from consumers.spec import WorkloadSpec, load_specs
-
-#: Where workload specs live; ``LANEHOUSE_WORKLOADS`` overrides it.
-DEFAULT_WORKLOADS = Path(__file__).resolve().parent.parent / "workloads"
+from consumers.spec import WorkloadSpec
+from orchestration.registry import read_registry
+from orchestration.workloads import workloads_dir
 
 SourceKind = Literal["kafka", "pulsar"]
 _KINDS: Final[Mapping[SourceKind, str]] = {"kafka": "Kafka", "pulsar": "Pulsar"}
@@ -76,9 +78,16 @@ def topic_assets(specs: list[WorkloadSpec]) -> list[AssetSpec]:
     return assets
 
 
-def build_definitions(workloads_dir: Path) -> Definitions:
-    specs = load_specs([workloads_dir], import_handler=False)
-    return Definitions(assets=topic_assets(specs))
+def build_definitions(directory: Path) -> Definitions:
+    from orchestration.consumer_job import consumer_job
+    from orchestration.discovery import workload_discovery_sensor
+
+    specs = read_registry(directory).specs() if directory.is_dir() else []
+    return Definitions(
+        assets=topic_assets(specs),
+        jobs=[consumer_job],
+        sensors=[workload_discovery_sensor],
+    )
 
 
-defs = build_definitions(Path(os.environ.get("LANEHOUSE_WORKLOADS", DEFAULT_WORKLOADS)))
+defs = build_definitions(workloads_dir())

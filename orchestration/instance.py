@@ -1,0 +1,58 @@
+"""The Dagster instance Lanehouse runs on: ``$DAGSTER_HOME/dagster.yaml`` under the state dir.
+
+Why each setting:
+
+- storage: Dagster's default, SQLite files under ``DAGSTER_HOME`` (production points it at
+  PostgreSQL; see docs/operations.md).
+- ``concurrency.runs.max_concurrent_runs: -1``: a consumer run never ends, so Dagster's default
+  limit of 10 runs in progress would fill up with consumers and queue everything else forever.
+  Spark runs, which do end, are limited by their tag instead.
+- telemetry off.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+#: Tag every Spark run carries; the instance runs at most ``SPARK_RUN_LIMIT`` of them at once.
+SPARK_RUN_TAG: Final = "lanehouse/spark"
+SPARK_RUN_LIMIT: Final = 1
+#: The state directory unless ``LANEHOUSE_HOME`` or ``--state-dir`` says otherwise.
+DEFAULT_STATE_DIR: Final = Path(".lanehouse")
+
+
+def state_dir(given: Path | None = None) -> Path:
+    """Where Lanehouse keeps Dagster's home and embedded brokers' data."""
+    if given is not None:
+        return given
+    return Path(os.environ.get("LANEHOUSE_HOME", DEFAULT_STATE_DIR))
+
+
+def instance_config() -> dict[str, Any]:
+    return {
+        "telemetry": {"enabled": False},
+        "concurrency": {
+            "runs": {
+                "max_concurrent_runs": -1,
+                "tag_concurrency_limits": [{"key": SPARK_RUN_TAG, "limit": SPARK_RUN_LIMIT}],
+            }
+        },
+    }
+
+
+def prepare_dagster_home(state: Path) -> Path:
+    """Create ``<state>/dagster`` with Lanehouse's ``dagster.yaml``; return it (``DAGSTER_HOME``).
+
+    The file is rewritten every time so an upgrade of Lanehouse brings its settings along; runs,
+    event logs and schedules in the same directory are kept.
+    """
+    home = (state / "dagster").resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    header = "# Written by `lanehouse up` (orchestration/instance.py); edits are overwritten.\n"
+    text = yaml.safe_dump(instance_config(), sort_keys=False)
+    (home / "dagster.yaml").write_text(header + text)
+    return home

@@ -1,0 +1,314 @@
+"""``lanehouse up``: the whole platform on one machine, and a clean way down.
+
+    up:   embedded brokers → demo topics and steady producers → ``dagster dev`` (DAGSTER_HOME
+          under the state dir) → UI answers → discovery sensor running → print the address
+    down: stop the sensor (nothing new starts) → terminate every consumer run (each drains and
+          commits; CANCELING until done) → wait for them to end → stop dagster dev →
+          producers → brokers
+
+``dagster dev`` alone leaves runs behind as orphans when it stops, which is why the shutdown
+terminates them first. It runs in its own session so a terminal's Ctrl-C reaches only this
+process, which then takes everything down in that order; SIGTERM does the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from consumers.embedded.child import BrokerProcess
+from consumers.errors import LanehouseError
+from consumers.spec import KafkaSourceSpec, PulsarSourceSpec, WorkloadSpec
+from orchestration.instance import prepare_dagster_home
+from orchestration.workloads import (
+    CONSUMER_JOB_NAME,
+    DISCOVERY_SENSOR_NAME,
+    STOP_REASON_TAG,
+    workloads_dir,
+)
+
+log = logging.getLogger("lanehouse.up")
+
+REPO: Final = Path(__file__).resolve().parent.parent
+LOCATION: Final = "lanehouse"  # workspace.yaml's location_name
+ACTIVE_STATUSES: Final = ("QUEUED", "NOT_STARTED", "STARTING", "STARTED", "CANCELING")
+_SENSOR_SELECTOR: Final = {
+    "repositoryLocationName": LOCATION,
+    "repositoryName": "__repository__",
+    "sensorName": DISCOVERY_SENSOR_NAME,
+}
+
+
+@dataclass
+class UpSettings:
+    state: Path
+    ui_port: int = 3000
+    kafka_port: int = 9092
+    pulsar_port: int = 6650
+    rate: float = 20.0  # records per second per demo topic
+    workloads: Path = field(default_factory=workloads_dir)
+    ui_timeout: float = 180.0
+    drain_timeout: float = 90.0
+
+
+class Platform:
+    """The processes ``lanehouse up`` owns; :meth:`stop` takes them down in order."""
+
+    def __init__(self, settings: UpSettings, say: Callable[[str], None] = print) -> None:
+        self.settings = settings
+        self.say = say
+        self.brokers: list[BrokerProcess] = []
+        self.producers: list[subprocess.Popen[bytes]] = []
+        self.dagster: subprocess.Popen[bytes] | None = None
+        self.env: dict[str, str] = {}
+        self.home = prepare_dagster_home(settings.state)
+
+    @property
+    def ui_url(self) -> str:
+        return f"http://127.0.0.1:{self.settings.ui_port}"
+
+    # ------------------------------------------------------------ start
+
+    def start(self) -> None:
+        from consumers.embedded.pulsar import start_pulsar_lite
+        from consumers.embedded.tansu import start_tansu
+
+        s = self.settings
+        kafka = start_tansu(s.kafka_port)
+        self.brokers.append(kafka)
+        pulsar = start_pulsar_lite(s.pulsar_port, s.state / "pulsar")
+        self.brokers.append(pulsar)
+        self.say(f"Kafka bootstrap {kafka.bootstrap}, Pulsar {pulsar.url}")
+        self.env = {
+            **os.environ,
+            "DAGSTER_HOME": str(self.home),
+            "KAFKA_BOOTSTRAP": kafka.bootstrap,
+            "PULSAR_URL": pulsar.url,
+            "LANEHOUSE_WORKLOADS": str(s.workloads.resolve()),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        }
+        self._start_producers()
+        workspace = str(REPO / "workspace.yaml")
+        command = [sys.executable, "-m", "dagster", "dev", "-w", workspace]
+        command += ["-h", "127.0.0.1", "-p", str(s.ui_port)]
+        self.dagster = subprocess.Popen(
+            command,
+            cwd=REPO,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log("dagster.log"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_default_signals,  # only resets two signal dispositions
+        )
+        self._wait_for_ui()
+        self.ensure_sensor_running()
+        self.say(f"Dagster UI: {self.ui_url}  (DAGSTER_HOME={self.home})")
+
+    def _log(self, name: str) -> Any:
+        logs = self.settings.state / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        return (logs / name).open("ab")
+
+    def _start_producers(self) -> None:
+        """A steady trickle into each enabled workload's first topic, so runs have work."""
+        from orchestration.registry import read_registry
+
+        registry = read_registry(self.settings.workloads)
+        for spec in registry.specs():
+            if spec.enabled:
+                self.producers.append(self._producer(spec))
+
+    def _producer(self, spec: WorkloadSpec) -> subprocess.Popen[bytes]:
+        source = spec.source
+        topic = source.topics[0]
+        cmd = [sys.executable, "-m", "orchestration.cli", "produce", "--topic", topic]
+        cmd += ["--count", "1000000000", "--keys", "200", "--rate", str(self.settings.rate)]
+        if isinstance(source, PulsarSourceSpec):
+            cmd += ["--pulsar", self.env["PULSAR_URL"]]
+        else:
+            assert isinstance(source, KafkaSourceSpec)
+            cmd += ["--partitions", "4"]
+        return subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            env={**self.env, "TERM": "dumb"},
+            stdin=subprocess.DEVNULL,
+            stdout=self._log(f"produce-{spec.name}.log"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def _wait_for_ui(self) -> None:
+        deadline = time.monotonic() + self.settings.ui_timeout
+        while True:
+            assert self.dagster is not None
+            if self.dagster.poll() is not None:
+                raise LanehouseError(
+                    f"dagster dev exited with status {self.dagster.returncode}; "
+                    f"see {self.settings.state / 'logs' / 'dagster.log'}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.ui_url}/server_info", timeout=2) as reply:
+                    if reply.status == 200 and self._location_loaded():
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise LanehouseError(
+                    f"the Dagster UI did not answer on {self.ui_url} within "
+                    f"{self.settings.ui_timeout:.0f}s"
+                )
+            time.sleep(0.5)
+
+    def _location_loaded(self) -> bool:
+        data = self.graphql(
+            "query($s: SensorSelector!) { sensorOrError(sensorSelector: $s) { __typename } }",
+            {"s": _SENSOR_SELECTOR},
+        )
+        return bool(data.get("sensorOrError", {}).get("__typename") == "Sensor")
+
+    # ------------------------------------------------------------ the Dagster API
+
+    def graphql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+        body = json.dumps({"query": query, "variables": variables or {}}).encode()
+        request = urllib.request.Request(
+            f"{self.ui_url}/graphql", body, {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            payload = json.loads(reply.read())
+        if payload.get("errors"):
+            raise LanehouseError(f"Dagster GraphQL error: {payload['errors'][0].get('message')}")
+        data: dict[str, Any] = payload["data"]
+        return data
+
+    def ensure_sensor_running(self) -> None:
+        """Start the discovery sensor (``lanehouse up``'s shutdown stopped it, and Dagster
+        remembers a stopped sensor across restarts)."""
+        self.graphql(
+            "mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) { __typename } }",
+            {"s": _SENSOR_SELECTOR},
+        )
+
+    def stop_sensor(self) -> None:
+        data = self.graphql(
+            "query($s: SensorSelector!) { sensorOrError(sensorSelector: $s) {"
+            " ... on Sensor { id } } }",
+            {"s": _SENSOR_SELECTOR},
+        )
+        sensor_id = data.get("sensorOrError", {}).get("id")
+        if sensor_id:
+            self.graphql(
+                "mutation($id: String!) { stopSensor(id: $id) { __typename } }", {"id": sensor_id}
+            )
+
+    def active_consumer_runs(self) -> list[str]:
+        data = self.graphql(
+            "query($f: RunsFilter!) { runsOrError(filter: $f) { ... on Runs { results { runId } } } }",
+            {"f": {"pipelineName": CONSUMER_JOB_NAME, "statuses": list(ACTIVE_STATUSES)}},
+        )
+        return [run["runId"] for run in data["runsOrError"]["results"]]
+
+    def terminate_runs(self, run_ids: list[str]) -> None:
+        """Tag each run as stopped by the platform (the sensor restarts those on the next ``up``,
+        unlike runs a person terminated), then ask Dagster to terminate it (one SIGINT)."""
+        for run_id in run_ids:
+            self._tag_run(run_id)
+            self.graphql(
+                "mutation($id: String!) { terminateRun(runId: $id) { __typename } }",
+                {"id": run_id},
+            )
+
+    def _tag_run(self, run_id: str) -> None:
+        from dagster import DagsterInstance
+
+        with DagsterInstance.from_config(str(self.home)) as instance:
+            instance.add_run_tags(run_id, {STOP_REASON_TAG: "platform"})
+
+    # ------------------------------------------------------------ stop
+
+    def stop(self) -> None:
+        """Take everything down in order; each step runs even if an earlier one failed."""
+        if self.dagster is not None and self.dagster.poll() is None:
+            with _logged("stopping the consumer runs"):
+                self.stop_sensor()
+                runs = self.active_consumer_runs()
+                if runs:
+                    self.say(f"terminating {len(runs)} consumer run(s); they drain and commit")
+                    self.terminate_runs(runs)
+                    deadline = time.monotonic() + self.settings.drain_timeout
+                    while self.active_consumer_runs():
+                        if time.monotonic() > deadline:
+                            self.say("consumer runs still draining; stopping anyway")
+                            break
+                        time.sleep(0.5)
+        if self.dagster is not None:
+            _stop_process(self.dagster, signal.SIGINT, 30)
+            self.say("dagster dev stopped")
+        for producer in self.producers:
+            _stop_process(producer, signal.SIGINT, 10)
+        for broker in reversed(self.brokers):
+            broker.stop()
+        self.say("brokers stopped")
+
+
+def _default_signals() -> None:
+    """In the child before exec: a parent started from a non-interactive shell may pass SIGINT
+    ignored, and dagster dev then ignores SIGTERM too (shared NOTES)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _stop_process(process: subprocess.Popen[bytes], sig: int, timeout: float) -> None:
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, sig)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
+
+
+@contextlib.contextmanager
+def _logged(step: str) -> Iterator[None]:
+    try:
+        yield
+    except Exception:
+        log.exception("%s failed", step)
+
+
+def run_up(settings: UpSettings, say: Callable[[str], None] = print) -> None:
+    """Start the platform and block until SIGINT or SIGTERM, then stop it in order."""
+    stop = threading.Event()
+    previous = {
+        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    platform = Platform(settings, say)
+    try:
+        platform.start()
+        say("Ctrl-C stops the consumer runs (drain, commit), Dagster and the brokers.")
+        while not stop.wait(1.0):
+            if platform.dagster is not None and platform.dagster.poll() is not None:
+                raise LanehouseError(
+                    f"dagster dev exited with status {platform.dagster.returncode}"
+                )
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        platform.stop()
