@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: test demo up lint bench lock clean venv
+.PHONY: test demo up lint bench lock clean venv system
 
 venv: $(STAMP)
 
@@ -17,7 +17,13 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install -c constraints.txt -e '.[dev]'
 	touch $@
 
-test: $(STAMP)
+# The UI test drives Debian's chromium (playwright's own browser download does not work here).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+system:
+	command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+test: $(STAMP) system
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 demo: $(STAMP)
@@ -45,5 +51,5 @@ lock:
 	rm -rf .lock-venv
 
 clean:
-	rm -rf $(VENV) .lock-venv build *.egg-info .pytest_cache .ruff_cache .mypy_cache .lanehouse
+	rm -rf $(VENV) .lock-venv build *.egg-info .pytest_cache .ruff_cache .mypy_cache .lanehouse test-artifacts
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
