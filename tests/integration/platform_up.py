@@ -61,6 +61,15 @@ class Up:
             if run["status"] == "STARTED"
         }
 
+    def wait_all_running(self) -> None:
+        """Until every example workload has a consumer run in progress."""
+        wait_until(
+            lambda: set(self.started()) == set(WORKLOADS),
+            timeout=240,
+            interval=1,
+            message=f"every workload has a running consumer run\n{self.log()}",
+        )
+
     @contextmanager
     def running(self) -> Iterator[subprocess.Popen[bytes]]:
         ui, kafka, pulsar = self.ports

@@ -70,12 +70,7 @@ def test_terminate_from_the_ui_then_relaunch_resumes(tmp_path: Path, page: objec
     up = Up(tmp_path / "state")
     url = f"http://127.0.0.1:{up.ui_port}"
     with up.running() as proc:
-        wait_until(
-            lambda: set(up.started()) == set(WORKLOADS),
-            timeout=240,
-            interval=1,
-            message=f"both workloads have a running consumer run\n{up.log()}",
-        )
+        up.wait_all_running()
         wait_until(lambda: committed(up) > 0, timeout=60, message="clickstream committed")
 
         page.goto(f"{url}/runs")

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import wait_until
-from tests.integration.platform_up import WORKLOADS, Up
+from tests.integration.platform_up import Up
 
 pytestmark = pytest.mark.integration
 
@@ -18,24 +17,14 @@ pytestmark = pytest.mark.integration
 def test_up_runs_every_workload_and_sigterm_stops_runs_first(tmp_path: Path) -> None:
     up = Up(tmp_path / "state")
     with up.running() as proc:
-        wait_until(
-            lambda: set(up.started()) == set(WORKLOADS),
-            timeout=240,
-            interval=1,
-            message=f"both workloads have a running consumer run\n{up.log()}",
-        )
+        up.wait_all_running()
         first = up.started()
         up.stop(proc)
     log = up.log()
     assert log.index("terminating 2 consumer run(s)") < log.index("dagster dev stopped")
 
     with up.running() as proc:  # the same state: the runs stopped by the platform come back
-        wait_until(
-            lambda: set(up.started()) == set(WORKLOADS),
-            timeout=240,
-            interval=1,
-            message=f"both workloads are running again\n{up.log()}",
-        )
+        up.wait_all_running()
         runs = {run["runId"]: run for run in up.runs()}
         for workload, run_id in first.items():
             assert runs[run_id]["status"] == "CANCELED", runs[run_id]
