@@ -24,6 +24,56 @@ class MessageLike(Protocol):
     def timestamp(self) -> tuple[int, int]: ...
 
 
+class PlainMessage:
+    """A ``MessageLike`` that holds its fields: what an adapter builds when its client's messages
+    are not shaped like confluent-kafka's (Pulsar, the in-memory broker)."""
+
+    __slots__ = ("_headers", "_key", "_offset", "_partition", "_timestamp", "_topic", "_value")
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None,
+        timestamp: int,
+    ) -> None:
+        self._topic = topic
+        self._partition = partition
+        self._offset = offset
+        self._key = key
+        self._value = value
+        self._headers = headers
+        self._timestamp = timestamp
+
+    def error(self) -> None:
+        return None
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return self._headers
+
+    def timestamp(self) -> tuple[int, int]:
+        """Always ``(CREATE_TIME, ms)``: both adapters carry the producer's time."""
+        return (1, self._timestamp)
+
+
 class Record:
     """One consumed record. Plain slots, no properties: it is built once per message on the hot
     path. ``value`` is the raw bytes (``None`` for a tombstone); :meth:`json` decodes it."""

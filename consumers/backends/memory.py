@@ -18,6 +18,8 @@ from typing import Any
 import xxhash
 from confluent_kafka import TopicPartition
 
+from consumers.record import PlainMessage
+
 OFFSET_INVALID = -1001
 
 
@@ -29,40 +31,10 @@ class _Entry:
     timestamp: int
 
 
-class MemoryMessage:
-    """Looks like ``confluent_kafka.Message`` to the engine."""
-
-    __slots__ = ("_entry", "_offset", "_partition", "_topic")
-
-    def __init__(self, topic: str, partition: int, offset: int, entry: _Entry) -> None:
-        self._topic = topic
-        self._partition = partition
-        self._offset = offset
-        self._entry = entry
-
-    def error(self) -> None:
-        return None
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return self._entry.key
-
-    def value(self) -> bytes | None:
-        return self._entry.value
-
-    def headers(self) -> list[tuple[str, bytes]] | None:
-        return self._entry.headers
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, self._entry.timestamp)
+def _message(topic: str, partition: int, offset: int, entry: _Entry) -> PlainMessage:
+    return PlainMessage(
+        topic, partition, offset, entry.key, entry.value, entry.headers, entry.timestamp
+    )
 
 
 @dataclass
@@ -127,11 +99,11 @@ class MemoryBroker:
     def producer(self) -> MemoryProducer:
         return MemoryProducer(self)
 
-    def read(self, topic: str) -> list[list[MemoryMessage]]:
+    def read(self, topic: str) -> list[list[PlainMessage]]:
         """Every record of ``topic``, per partition (for assertions)."""
         with self._lock:
             return [
-                [MemoryMessage(topic, p, o, e) for o, e in enumerate(log) if e.timestamp != -1]
+                [_message(topic, p, o, e) for o, e in enumerate(log) if e.timestamp != -1]
                 for p, log in enumerate(self._topics[topic])
             ]
 
@@ -180,7 +152,7 @@ class MemoryConsumer:
             group.members.append(self)
             b._rebalance(group)
 
-    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[MemoryMessage]:
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[PlainMessage]:
         self._check_open()
         for offsets in self._take_commit_callbacks():
             if self._on_commit is not None:
@@ -199,8 +171,8 @@ class MemoryConsumer:
                     return []
                 b._lock.wait(remaining)
 
-    def _fetch(self, limit: int) -> list[MemoryMessage]:
-        out: list[MemoryMessage] = []
+    def _fetch(self, limit: int) -> list[PlainMessage]:
+        out: list[PlainMessage] = []
         for tp in self._assignment or []:
             if tp in self._paused:
                 continue
@@ -209,7 +181,7 @@ class MemoryConsumer:
             while pos < len(log) and len(out) < limit:
                 entry = log[pos]
                 if entry.timestamp != -1:
-                    out.append(MemoryMessage(tp[0], tp[1], pos, entry))
+                    out.append(_message(tp[0], tp[1], pos, entry))
                 pos += 1
             self._positions[tp] = pos
         return out
@@ -367,3 +339,6 @@ class MemoryProducer:
     def flush(self, timeout: float = -1) -> int:
         self.poll(0)
         return 0
+
+    def close(self) -> None:
+        """Nothing to release: deliveries are served by :meth:`poll`."""

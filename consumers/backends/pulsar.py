@@ -33,6 +33,7 @@ from confluent_kafka import OFFSET_INVALID, KafkaError, TopicPartition
 
 from consumers.errors import BrokerError
 from consumers.producer import ProducerFactory, ProducerLike
+from consumers.record import PlainMessage
 from consumers.source import ConsumerFactory, ConsumerLike
 from consumers.tracker import decode_done
 
@@ -53,8 +54,6 @@ INITIAL_POSITIONS: Final[Mapping[str, pulsar.InitialPosition]] = {
     "earliest": pulsar.InitialPosition.Earliest,
     "latest": pulsar.InitialPosition.Latest,
 }
-#: Timestamp type the engine reads from ``MessageLike.timestamp()`` (Kafka's CREATE_TIME).
-_CREATE_TIME: Final = 1
 _PARTITION_SUFFIX: Final = re.compile(r"^(?P<base>.+)-partition-(?P<index>\d+)$")
 
 
@@ -78,45 +77,20 @@ def client_kwargs(options: Mapping[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-class PulsarMessage:
-    """One received message in the shape the engine reads (``MessageLike``)."""
-
-    __slots__ = ("_headers", "_key", "_offset", "_partition", "_timestamp", "_topic", "_value")
-
-    def __init__(self, topic: str, partition: int, offset: int, msg: pulsar.Message) -> None:
-        self._topic = topic
-        self._partition = partition
-        self._offset = offset
-        key = msg.ordering_key() or msg.partition_key()
-        self._key = key.encode() if key else None
-        self._value = None if msg.has_null_value() else msg.data()
-        properties = msg.properties()
-        self._headers = [(k, v.encode()) for k, v in properties.items()] if properties else None
-        self._timestamp = msg.event_timestamp() or msg.publish_timestamp()
-
-    def error(self) -> None:
-        return None
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def headers(self) -> list[tuple[str, bytes]] | None:
-        return self._headers
-
-    def timestamp(self) -> tuple[int, int]:
-        return (_CREATE_TIME, self._timestamp)
+def _message(topic: str, partition: int, offset: int, msg: pulsar.Message) -> PlainMessage:
+    """Key: the ordering key, else the partition key (``None`` if neither); headers: properties;
+    timestamp: event time, else publish time."""
+    key = msg.ordering_key() or msg.partition_key()
+    properties = msg.properties()
+    return PlainMessage(
+        topic,
+        partition,
+        offset,
+        key.encode() if key else None,
+        None if msg.has_null_value() else msg.data(),
+        [(k, v.encode()) for k, v in properties.items()] if properties else None,
+        msg.event_timestamp() or msg.publish_timestamp(),
+    )
 
 
 MessageIdent = tuple[int, int, int]
@@ -317,13 +291,13 @@ class PulsarConsumer:
                 self._on_assign(self, [TopicPartition(*key)])
         return key
 
-    def _wrap(self, msg: pulsar.Message) -> PulsarMessage | None:
+    def _wrap(self, msg: pulsar.Message) -> PlainMessage | None:
         key = self._keys.get(msg.topic_name()) or self._key_for(msg.topic_name())
         offset = self._held[key].hold(msg.message_id())
         if offset is None:
             self.redelivered += 1
             return None
-        return PulsarMessage(key[0], key[1], offset, msg)
+        return _message(key[0], key[1], offset, msg)
 
 
 #: Property of the marker message :func:`unacknowledged` publishes.
