@@ -49,6 +49,7 @@ class ProducerLike(Protocol):
     def produce(self, topic: str, value: Any = None, key: Any = None, **kw: Any) -> None: ...
     def poll(self, timeout: float = -1) -> int: ...
     def flush(self, timeout: float = -1) -> int: ...
+    def close(self) -> Any: ...
 
 
 ProducerFactory = Callable[[], ProducerLike]
@@ -115,6 +116,4 @@ class AckedProducer:
             log.warning("producer %s: %d records unacknowledged at close", self._name, remaining)
         self._stop.set()
         self._thread.join(timeout=5)
-        close = getattr(self._client, "close", None)  # pulsar-client holds threads and sockets
-        if callable(close):
-            close()
+        self._client.close()
