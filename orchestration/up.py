@@ -44,7 +44,10 @@ log = logging.getLogger("lanehouse.up")
 
 REPO: Final = Path(__file__).resolve().parent.parent
 LOCATION: Final = "lanehouse"  # workspace.yaml's location_name
-ACTIVE_STATUSES: Final = ("QUEUED", "NOT_STARTED", "STARTING", "STARTED", "CANCELING")
+#: Runs to terminate; a CANCELING one is already draining (a second SIGINT would cut its drain
+#: short), so it is only waited for.
+RUNNING_STATUSES: Final = ("QUEUED", "NOT_STARTED", "STARTING", "STARTED")
+ACTIVE_STATUSES: Final = (*RUNNING_STATUSES, "CANCELING")
 _SENSOR_SELECTOR: Final = {
     "repositoryLocationName": LOCATION,
     "repositoryName": "__repository__",
@@ -184,16 +187,7 @@ class Platform:
     # ------------------------------------------------------------ the Dagster API
 
     def graphql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
-        body = json.dumps({"query": query, "variables": variables or {}}).encode()
-        request = urllib.request.Request(
-            f"{self.ui_url}/graphql", body, {"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(request, timeout=30) as reply:
-            payload = json.loads(reply.read())
-        if payload.get("errors"):
-            raise LanehouseError(f"Dagster GraphQL error: {payload['errors'][0].get('message')}")
-        data: dict[str, Any] = payload["data"]
-        return data
+        return graphql(self.ui_url, query, variables)
 
     def ensure_sensor_running(self) -> None:
         """Start the discovery sensor (``lanehouse up``'s shutdown stopped it, and Dagster
@@ -215,10 +209,10 @@ class Platform:
                 "mutation($id: String!) { stopSensor(id: $id) { __typename } }", {"id": sensor_id}
             )
 
-    def active_consumer_runs(self) -> list[str]:
+    def consumer_runs(self, statuses: tuple[str, ...] = ACTIVE_STATUSES) -> list[str]:
         data = self.graphql(
             "query($f: RunsFilter!) { runsOrError(filter: $f) { ... on Runs { results { runId } } } }",
-            {"f": {"pipelineName": CONSUMER_JOB_NAME, "statuses": list(ACTIVE_STATUSES)}},
+            {"f": {"pipelineName": CONSUMER_JOB_NAME, "statuses": list(statuses)}},
         )
         return [run["runId"] for run in data["runsOrError"]["results"]]
 
@@ -245,12 +239,12 @@ class Platform:
         if self.dagster is not None and self.dagster.poll() is None:
             with _logged("stopping the consumer runs"):
                 self.stop_sensor()
-                runs = self.active_consumer_runs()
+                runs = self.consumer_runs(RUNNING_STATUSES)
                 if runs:
                     self.say(f"terminating {len(runs)} consumer run(s); they drain and commit")
                     self.terminate_runs(runs)
                     deadline = time.monotonic() + self.settings.drain_timeout
-                    while self.active_consumer_runs():
+                    while self.consumer_runs():
                         if time.monotonic() > deadline:
                             self.say("consumer runs still draining; stopping anyway")
                             break
@@ -263,6 +257,20 @@ class Platform:
         for broker in reversed(self.brokers):
             broker.stop()
         self.say("brokers stopped")
+
+
+def graphql(ui_url: str, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One request to the webserver's GraphQL API; :class:`LanehouseError` on a GraphQL error."""
+    body = json.dumps({"query": query, "variables": variables or {}}).encode()
+    request = urllib.request.Request(
+        f"{ui_url}/graphql", body, {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        payload = json.loads(reply.read())
+    if payload.get("errors"):
+        raise LanehouseError(f"Dagster GraphQL error: {payload['errors'][0].get('message')}")
+    data: dict[str, Any] = payload["data"]
+    return data
 
 
 def _default_signals() -> None:

@@ -3,12 +3,10 @@ and check every process it started has exited."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +14,7 @@ from typing import Any
 
 import psutil
 
+from orchestration.up import graphql
 from tests.helpers import free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,13 +28,7 @@ class Up:
         self.ports = [self.ui_port, free_port(), free_port()]
 
     def graphql(self, query: str) -> dict[str, Any]:
-        body = json.dumps({"query": query}).encode()
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.ui_port}/graphql", body, {"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(request, timeout=30) as reply:
-            data: dict[str, Any] = json.loads(reply.read())["data"]
-        return data
+        return graphql(f"http://127.0.0.1:{self.ui_port}", query)
 
     def runs(self) -> list[dict[str, Any]]:
         data = self.graphql(
