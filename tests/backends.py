@@ -63,6 +63,9 @@ class Backend(Protocol):
     #: A restart does not hand back records completed above the committed position: Kafka
     #: through commit metadata (Tansu drops it), Pulsar through per-message acknowledgements.
     remembers_done_work: bool
+    #: How it remembers: Kafka hands completed records back after a restart and the engine skips
+    #: them (counted as ``skipped``); Pulsar's broker never delivers acknowledged ones again.
+    hands_back_done_work: bool
 
     def make_topic(self, partitions: int) -> str: ...
     def produce(self, topic: str, records: Produced) -> None: ...
@@ -76,6 +79,7 @@ class Backend(Protocol):
 class MemoryBackend:
     name = "memory"
     remembers_done_work = True
+    hands_back_done_work = True
 
     def __init__(self) -> None:
         self.broker = MemoryBroker()
@@ -115,6 +119,7 @@ class MemoryBackend:
 class TansuBackend:
     name = "tansu"
     remembers_done_work = False
+    hands_back_done_work = True
 
     def __init__(self, broker: TansuBroker) -> None:
         self.broker = broker
@@ -214,6 +219,7 @@ class PulsarBackend:
 
     name = "pulsar"
     remembers_done_work = True
+    hands_back_done_work = False
 
     def __init__(self, broker: PulsarLiteBroker) -> None:
         self.broker = broker

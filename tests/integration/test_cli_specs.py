@@ -4,7 +4,6 @@ is read; `broker`, `produce` and `consume` work with Kafka and with Pulsar."""
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -17,6 +16,7 @@ from typer.testing import CliRunner
 
 import consumers.examples as examples
 from consumers.backends.kafka import committed_offsets
+from consumers.embedded.child import accepts_tcp
 from consumers.embedded.pulsar import PulsarLiteBroker
 from consumers.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
 from consumers.errors import BrokerError
@@ -133,14 +133,6 @@ def test_consume_runs_to_idle_and_serves_metrics(
 # --------------------------------------------------------------------------- Pulsar
 
 
-def _accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
 def test_broker_kind_both_serves_kafka_and_pulsar_until_sigterm(tmp_path: Path) -> None:
     kafka_port, pulsar_port, data = free_port(), free_port(), tmp_path / "pulsar-data"
     out = tmp_path / "out.txt"
@@ -171,7 +163,7 @@ def test_broker_kind_both_serves_kafka_and_pulsar_until_sigterm(tmp_path: Path) 
             proc.wait()
     text = out.read_text()
     assert "Tansu stopped." in text and "pulsar-lite stopped." in text, text
-    wait_until(lambda: not _accepts(kafka_port) and not _accepts(pulsar_port), timeout=5)
+    wait_until(lambda: not accepts_tcp(kafka_port) and not accepts_tcp(pulsar_port), timeout=5)
     assert (data / "pulsar-lite.log").exists(), "a --pulsar-data directory is kept"
 
 

@@ -31,7 +31,7 @@ from dagster import (
 )
 
 from consumers.backends.kafka import committed_offsets
-from consumers.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker, create_topic
+from consumers.embedded.tansu import TansuBroker, create_topic
 from consumers.sample import produce_sample
 from orchestration import consumer_job as consumer_job_module
 from orchestration.consumer_job import consumer_job
@@ -39,6 +39,7 @@ from orchestration.definitions import topic_asset_key
 from orchestration.workloads import CONSUMER_JOB_NAME, WORKLOAD_PARTITIONS
 from tests.helpers import wait_until
 from tests.integration import job_handlers
+from tests.integration.processes import source_yaml
 
 pytestmark = pytest.mark.integration
 
@@ -73,7 +74,6 @@ def write_spec(
 ) -> Path:
     """A kafka spec for ``name`` whose handler is ``tests.integration.job_handlers:<handler>``;
     ``extra`` lines are added, and replace a top-level field of the same name."""
-    config = "\n".join(f"    {k}: {v}" for k, v in TEST_CLIENT_CONFIG.items())
     fields = {
         "handler": f"tests.integration.job_handlers:{handler}",
         "ordering": "key",
@@ -86,15 +86,7 @@ def write_spec(
         fields[field.strip()] = value.strip()
     path = directory / f"{name}.yaml"
     path.write_text(
-        f"""name: {name}
-source:
-  kind: kafka
-  bootstrap_servers: {broker.bootstrap}
-  topics: [{topic}]
-  group: {name}-group
-  config:
-{config}
-"""
+        f"name: {name}\n{source_yaml(broker, topic, f'{name}-group')}"
         + "".join(f"{field}: {value}\n" for field, value in fields.items())
     )
     return path

@@ -14,15 +14,23 @@ from typing import Any
 
 import pulsar
 import pytest
+from confluent_kafka import TopicPartition
 
 from consumers.app import ConsumerApp, Workload
-from consumers.backends.pulsar import PulsarConsumer, PulsarProducer, PulsarSettings
+from consumers.backends.pulsar import (
+    PulsarConsumer,
+    PulsarProducer,
+    PulsarSettings,
+    pulsar_consumer_factory,
+)
+from consumers.embedded.child import free_port
 from consumers.embedded.pulsar import PulsarLiteBroker, start_pulsar_lite
 from consumers.embedded.tansu import TansuBroker
 from consumers.errors import BrokerError
 from consumers.record import Record
 from consumers.runner import RunnerSettings
 from consumers.sample import produce_sample
+from consumers.tracker import encode_done
 from tests.backends import (
     PulsarBackend,
     TansuBackend,
@@ -75,8 +83,6 @@ class OrderCheck:
 def workload(
     settings: PulsarSettings, topic: str, handler: Any, name: str = "pulsar", **kw: Any
 ) -> Workload:
-    from consumers.backends.pulsar import pulsar_consumer_factory
-
     return Workload(
         RunnerSettings(name=name, **kw), handler, [topic], pulsar_consumer_factory(settings)
     )
@@ -127,26 +133,16 @@ def test_a_redelivery_of_a_held_message_is_dropped(backend: PulsarBackend) -> No
         while consumer.redelivered < 10 and time.monotonic() < deadline:
             assert consumer.consume(100, 0.2) == [], "a held message came back as a new record"
         assert consumer.redelivered == 10
-        consumer.commit(offsets=consumer_positions(topic, 10), asynchronous=False)
+        consumer.commit(offsets=[TopicPartition(topic, 0, 10)], asynchronous=False)
     finally:
         consumer.close()
     assert unacknowledged(backend.broker, "g-redeliver", topic) == []
-
-
-def consumer_positions(topic: str, position: int) -> list[Any]:
-    from confluent_kafka import TopicPartition
-
-    return [TopicPartition(topic, 0, position)]
 
 
 def test_commit_acknowledges_below_the_position_and_done_offsets_above(
     backend: PulsarBackend,
 ) -> None:
     """Position 4 with done-offset metadata for 6 and 8: exactly 4, 5, 7 and 9 stay unacked."""
-    from confluent_kafka import TopicPartition
-
-    from consumers.tracker import encode_done
-
     topic = backend.make_topic(1)
     backend.produce(topic, keyed_stream(10, keys=10))
     consumer = held_consumer(backend, topic, "g-holes")
@@ -165,8 +161,6 @@ def test_commit_acknowledges_below_the_position_and_done_offsets_above(
 
 
 def test_backlog_estimate_counts_what_was_not_received_yet(backend: PulsarBackend) -> None:
-    from confluent_kafka import TopicPartition
-
     topic = backend.make_topic(1)
     backend.produce(topic, keyed_stream(100, keys=5))  # unbatched: one message per entry
     consumer = held_consumer(backend, topic, "g-lag")
@@ -309,8 +303,6 @@ async def test_kafka_and_pulsar_workloads_share_one_pool_by_weight(
 
 
 def test_an_unreachable_service_is_a_broker_error_naming_it() -> None:
-    from consumers.embedded.child import free_port
-
     url = f"pulsar://127.0.0.1:{free_port()}"
     settings = PulsarSettings(url, "g", client_options={"operation_timeout_seconds": 1})
     consumer = PulsarConsumer(settings, on_commit=lambda *_: None)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
 from consumers.embedded import tansu
+from consumers.embedded.child import accepts_tcp
 from consumers.embedded.tansu import (
     TEST_CLIENT_CONFIG,
     TansuBroker,
@@ -31,14 +31,6 @@ from tests.conftest import TopicFactory
 from tests.helpers import free_port, wait_until
 
 pytestmark = pytest.mark.integration
-
-
-def _accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
 
 
 def _read_all(
@@ -142,7 +134,7 @@ def test_stop_is_clean_and_kill_is_a_crash(tmp_path: Path) -> None:
     with start_tansu(log_dir=tmp_path) as broker:
         port = broker.port
     assert broker.returncode == 0
-    assert not _accepts(port)
+    assert not accepts_tcp(port)
     assert (tmp_path / f"tansu-{port}.log").exists(), "caller-chosen log dir must be kept"
 
     broker = start_tansu()
@@ -175,7 +167,7 @@ def test_cli_broker_runs_until_sigterm(tmp_path: Path) -> None:
             proc.kill()
             proc.wait()
     assert "Tansu stopped." in out.read_text()
-    wait_until(lambda: not _accepts(port), timeout=5, message="broker still listening")
+    wait_until(lambda: not accepts_tcp(port), timeout=5, message="broker still listening")
 
 
 def test_cli_produce(kafka_broker: TansuBroker, topic_factory: TopicFactory) -> None:
