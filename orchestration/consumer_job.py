@@ -20,6 +20,10 @@ terminated run SUCCESS under the in-process executor; re-raising lets Dagster de
 under the multiprocess executor: CANCELED when the run was being terminated, FAILURE
 ("interrupted unexpectedly") for a signal Dagster did not send.
 
+Liveness. The op writes a heartbeat every ``HEARTBEAT_SECONDS`` (:mod:`orchestration.heartbeat`);
+the discovery sensor marks a run whose heartbeat stops as ended, so a worker killed outright is
+restarted. A run that finds itself marked ended while still running stops gracefully.
+
 Threads. The in-process executor runs the step inline on the thread that runs the job: the run
 worker's main thread (``dagster api execute_run``), or whoever calls ``execute_in_process``.
 Python allows signal handlers on the main thread only; elsewhere the status poll is the only
@@ -58,6 +62,7 @@ from consumers.errors import SpecError
 from consumers.metrics import WorkloadSnapshot, key_label, workload_snapshot
 from consumers.run import build_app
 from consumers.spec import WorkloadSpec, load_spec, spec_hash
+from orchestration.heartbeat import HEARTBEAT_SECONDS, write_heartbeat
 from orchestration.workloads import (
     CONSUMER_JOB_NAME,
     SPEC_HASH_TAG,
@@ -241,6 +246,27 @@ async def watch_run_status(context: OpExecutionContext, stop: StopRequests) -> N
             stop.stop("the run is being terminated")
         elif run.status == DagsterRunStatus.CANCELED:
             stop.abort("the run was force-terminated")
+        elif run.status in (DagsterRunStatus.FAILURE, DagsterRunStatus.SUCCESS):
+            # The sensor heard no heartbeat and declared this run dead; a replacement may be
+            # starting, so this one must not keep consuming.
+            stop.stop(f"the run was marked {run.status.value} while still running")
+
+
+async def beat(context: OpExecutionContext, workload: str) -> None:
+    """Tell the discovery sensor this run's worker is alive (see :mod:`orchestration.heartbeat`).
+
+    A failed write is logged and retried on the next beat: missing beats for
+    ``heartbeat_timeout`` make the sensor declare the run dead, and the run then stops itself.
+    """
+    instance, run_id = context.instance, context.run_id
+    count = 0
+    while True:
+        count += 1
+        try:
+            await asyncio.to_thread(write_heartbeat, instance, workload, run_id, count)
+        except Exception as exc:
+            context.log.warning(f"heartbeat {count} not written: {exc!r}")
+        await asyncio.sleep(HEARTBEAT_SECONDS)
 
 
 # ---------------------------------------------------------------------------- reporting
@@ -280,7 +306,7 @@ class Reporter:
 
         self._context = context
         self._app = app
-        self._name = spec.name
+        self._name = self.workload = spec.name
         self._keys = {
             topic: AssetKey(topic_asset_key(topic, spec.source.kind))
             for topic in spec.source.topics
@@ -330,6 +356,7 @@ async def serve(
         if stop.requested:
             app.request_stop()
         helpers = [
+            asyncio.ensure_future(beat(context, reporter.workload)),
             asyncio.ensure_future(reporter.every(every)),
             asyncio.ensure_future(watch_run_status(context, stop)),
         ]

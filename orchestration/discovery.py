@@ -18,6 +18,10 @@ What an operator sees:
   and, once crash-looping, ``lanehouse/crash_loop=true`` (filter the Runs page by that tag).
   A run it stops gets ``lanehouse/stop_reason`` (``removed``, ``disabled``, ``spec_changed``,
   ``superseded``) before Dagster terminates it.
+* **Dead runs.** A STARTED or CANCELING run whose heartbeat (:mod:`orchestration.heartbeat`)
+  has not changed for ``heartbeat_timeout`` (120 s; ``LANEHOUSE_HEARTBEAT_TIMEOUT``) lost its
+  worker: the sensor marks it FAILURE (then it restarts like any crash) or CANCELED, with the
+  reason as the run's failure message.
 * **The cursor** (sensor page): the per-workload state as JSON
   (:class:`~orchestration.discovery_state.DiscoveryState`).
 """
@@ -28,6 +32,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -49,11 +54,13 @@ from dagster import (
 from orchestration.discovery_logic import decide, tracked_run_ids
 from orchestration.discovery_state import (
     FINISHED,
+    Abandon,
     Cancel,
     DiscoveryState,
     RestartPolicy,
     RunInfo,
 )
+from orchestration.heartbeat import HEARTBEAT_SECONDS, read_heartbeats
 from orchestration.registry import SpecCache, read_registry
 from orchestration.workloads import (
     CONSUMER_JOB_NAME,
@@ -92,6 +99,7 @@ def build_discovery_sensor(
     ``clock`` (epoch seconds) times backoffs and crash windows; tests pass a manual one.
     """
     cache = SpecCache()
+    policy = policy or policy_from_env()
 
     @sensor(
         name=DISCOVERY_SENSOR_NAME,
@@ -112,6 +120,26 @@ def build_discovery_sensor(
     return workload_discovery
 
 
+#: Overrides :attr:`RestartPolicy.heartbeat_timeout` (seconds), e.g. for a slow run storage.
+HEARTBEAT_TIMEOUT_ENV = "LANEHOUSE_HEARTBEAT_TIMEOUT"
+
+
+def policy_from_env() -> RestartPolicy:
+    raw = os.environ.get(HEARTBEAT_TIMEOUT_ENV)
+    if raw is None:
+        return RestartPolicy()
+    try:
+        timeout = float(raw)
+    except ValueError:
+        timeout = -1.0
+    if not timeout >= 2 * HEARTBEAT_SECONDS:
+        raise ValueError(
+            f"{HEARTBEAT_TIMEOUT_ENV}={raw!r}: expected seconds, at least {2 * HEARTBEAT_SECONDS:g} "
+            f"(two heartbeats of {HEARTBEAT_SECONDS:g} s)"
+        )
+    return RestartPolicy(heartbeat_timeout=timeout)
+
+
 def _evaluate(
     context: SensorEvaluationContext,
     directory: Path,
@@ -125,6 +153,8 @@ def _evaluate(
     runs, watermark = collect_runs(instance, state)
     partitions = instance.get_dynamic_partitions(_partitions_name())
     decision = decide(registry, state, runs, partitions, now, policy)
+    for abandon in decision.abandons:
+        _abandon(instance, context.log, abandon)
     for cancel in decision.cancels:
         _stop(instance, context.log, cancel)
     for message in decision.messages:
@@ -187,6 +217,8 @@ def collect_runs(
     if state.watermark is not None:
         stamps.append(state.watermark)
     runs = [info for record in records.values() if (info := run_info(record)) is not None]
+    beats = read_heartbeats(instance, {run.workload for run in runs if run.active})
+    runs = [replace(run, heartbeat=beats.get(run.run_id)) for run in runs]
     return runs, max(stamps, default=None)
 
 
@@ -209,6 +241,25 @@ def run_info(record: RunRecord) -> RunInfo | None:
         spec_hash=tags.get(SPEC_HASH_TAG),
         stop_reason=tags.get(STOP_REASON_TAG),
     )
+
+
+def _abandon(instance: DagsterInstance, log: logging.Logger, abandon: Abandon) -> None:
+    """Mark a run whose worker is gone as ended, with why, so the UI shows it ended."""
+    message = (
+        f"Lanehouse: no heartbeat from this run for {abandon.silent_for:.0f} s; its worker is "
+        "gone (killed, out of memory or its machine lost). Its uncommitted records are consumed "
+        "again by the next run."
+    )
+    try:
+        run = instance.get_run_by_id(abandon.run_id)
+        if run is None or run.is_finished:
+            return
+        if abandon.status == DagsterRunStatus.FAILURE:
+            instance.report_run_failed(run, message)
+        else:
+            instance.report_run_canceled(run, message)
+    except Exception as exc:  # retried next tick: the run is still unfinished in storage
+        log.error(f"{abandon.workload}: could not mark run {abandon.run_id} ended: {exc!r}")
 
 
 def _stop(instance: DagsterInstance, log: logging.Logger, cancel: Cancel) -> None:

@@ -17,13 +17,16 @@ Per workload, in order:
    stop; the running run is stopped below.
 2. **Observe**: the newest run becomes ``last``; a run the sensor did not launch (UI launchpad,
    re-execution) means a person took over: their stop and the crash history are cleared.
-3. **Settle** ``last``'s end once: stopped by the sensor or the platform (``STOP_REASON_TAG``),
+3. **Liveness**: ``last`` STARTED or CANCELING whose heartbeat has not changed for
+   ``heartbeat_timeout`` (sensor clock) has lost its worker: it is abandoned, i.e. marked
+   ``FAILURE`` (STARTED) or ``CANCELED`` (CANCELING) and settled like any run that ended so.
+4. **Settle** ``last``'s end once: stopped by the sensor or the platform (``STOP_REASON_TAG``),
    or obsolete anyway -> nothing; ``FAILURE`` -> a crash, restart after a backoff; any other
    end (``CANCELED``, or ``SUCCESS`` of a consumer, which never ends by itself) -> stopped by
    a person: it stays stopped until they launch it again or the spec changes.
-4. **Stop** unfinished runs of removed or disabled workloads, of an older spec, and older
+5. **Stop** unfinished runs of removed or disabled workloads, of an older spec, and older
    duplicates. A ``CANCELING`` run is never signalled again and still counts as active.
-5. **Launch** when no run is active, the spec is valid and enabled, no launch is pending, no
+6. **Launch** when no run is active, the spec is valid and enabled, no launch is pending, no
    person stopped it and the backoff has passed. Generation ``n + 1`` gets run key
    ``name:hash:n+1``: Dagster never reuses a run key, so every launch needs a new one.
 
@@ -40,6 +43,7 @@ from dagster import DagsterRunStatus
 
 from orchestration.discovery_state import (
     FINISHED,
+    Abandon,
     Cancel,
     DiscoveryState,
     LastRun,
@@ -64,6 +68,7 @@ _WAITING = frozenset(
 class Decision:
     launches: tuple[Launch, ...]
     cancels: tuple[Cancel, ...]
+    abandons: tuple[Abandon, ...]
     add_partitions: tuple[str, ...]
     delete_partitions: tuple[str, ...]
     state: DiscoveryState
@@ -125,6 +130,7 @@ def decide(
     return Decision(
         launches=tuple(out.launches),
         cancels=tuple(out.cancels),
+        abandons=tuple(out.abandons),
         add_partitions=tuple(sorted(registry.workloads.keys() - existing)),
         delete_partitions=tuple(sorted(existing - keep)),
         state=DiscoveryState(watermark=state.watermark, workloads=workloads, retired=retired),
@@ -150,6 +156,7 @@ class _Out:
     def __init__(self) -> None:
         self.launches: list[Launch] = []
         self.cancels: list[Cancel] = []
+        self.abandons: list[Abandon] = []
         self.messages: list[Message] = []
         self.phases: dict[str, list[str]] = {}
         self.crash_looping: list[str] = []
@@ -209,8 +216,9 @@ class _Workload:
         ws = self.ws
         self.spec_change(ws.spec_hash)
         self.last = self.observe(ws.last, runs)
+        abandoned = self.check_alive(runs)
         self.settle()
-        active = [run for run in runs if run.active]
+        active = [run for run in runs if run.active and run.run_id != abandoned]
         self.canceling &= {run.run_id for run in active}
         self.stop(active)
         phase = self.launch_or_wait(active)
@@ -294,6 +302,31 @@ class _Workload:
             self.out.info(f"{self.name}: run {last.run_id} has stayed up; crash history cleared")
             self.crashes, self.next_start = (), None
         return last
+
+    def check_alive(self, runs: Sequence[RunInfo]) -> str | None:
+        """Abandon ``last`` if its heartbeat stopped changing; return its run id if so."""
+        last = self.last
+        live = (DagsterRunStatus.STARTED.value, DagsterRunStatus.CANCELING.value)
+        if last is None or last.status not in live:
+            return None
+        current = next((run for run in runs if run.run_id == last.run_id), None)
+        beat = current.heartbeat if current is not None else None
+        if last.alive_seen is None or (beat is not None and beat != last.heartbeat):
+            self.last = last.model_copy(update={"heartbeat": beat, "alive_seen": self.now})
+            return None
+        silent = self.now - last.alive_seen
+        if silent < self.policy.heartbeat_timeout:
+            return None
+        started = last.status == DagsterRunStatus.STARTED.value
+        ended = DagsterRunStatus.FAILURE if started else DagsterRunStatus.CANCELED
+        self.out.abandons.append(Abandon(last.run_id, self.name, ended, silent))
+        self.out.warning(
+            f"{self.name}: run {last.run_id} ({last.status}) has not sent a heartbeat for "
+            f"{silent:.0f} s: its worker is gone (killed, out of memory, machine lost); marking "
+            f"it {ended.value}"
+        )
+        self.last = last.model_copy(update={"status": ended.value})
+        return last.run_id
 
     def settle(self) -> None:
         """Handle the end of ``last`` once: a crash, a person's stop, or a stop on purpose."""

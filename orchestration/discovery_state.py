@@ -26,6 +26,7 @@ __all__ = [
     "CURSOR_VERSION",
     "FINISHED",
     "RESTARTS_TAG",
+    "Abandon",
     "Cancel",
     "DiscoveryState",
     "LastRun",
@@ -60,6 +61,10 @@ class LastRun(_Frozen):
     started_seen: float | None = None
     #: Its end was handled (a crash counted, a stop recorded): handle it once only.
     settled: bool = False
+    #: Its latest heartbeat, and when (sensor clock) it was last known alive: first seen
+    #: unfinished, or its heartbeat changed. Silent for ``heartbeat_timeout``: the worker is gone.
+    heartbeat: str | None = None
+    alive_seen: float | None = None
 
 
 class WorkloadState(_Frozen):
@@ -144,6 +149,8 @@ class RunInfo:
     spec_hash: str | None = None
     #: ``STOP_REASON_TAG``: set by whoever stopped it on purpose (the sensor, the platform).
     stop_reason: str | None = None
+    #: Its latest heartbeat (:mod:`orchestration.heartbeat`), if it has beaten yet.
+    heartbeat: str | None = None
 
     @property
     def active(self) -> bool:
@@ -167,13 +174,17 @@ class RestartPolicy:
     stable_after: float = 600.0
     #: A requested run not seen after this long is requested again with the next generation.
     launch_timeout: float = 120.0
+    #: A STARTED or CANCELING run whose heartbeat has not changed for this long is gone (killed
+    #: outright): it is marked FAILURE (restarted with backoff) or CANCELED.
+    heartbeat_timeout: float = 120.0
 
     def __post_init__(self) -> None:
         if not 0 < self.base_backoff <= self.max_backoff:
             raise ValueError("RestartPolicy: need 0 < base_backoff <= max_backoff")
         if self.crash_loop_threshold < 1:
             raise ValueError("RestartPolicy: crash_loop_threshold must be at least 1")
-        if min(self.crash_window, self.stable_after, self.launch_timeout) <= 0:
+        windows = (self.crash_window, self.stable_after, self.launch_timeout)
+        if min(*windows, self.heartbeat_timeout) <= 0:
             raise ValueError("RestartPolicy: windows and timeouts must be positive")
 
     def delay(self, crashes: int) -> float:
@@ -216,6 +227,16 @@ class Cancel:
     run_id: str
     workload: str
     reason: StopReason
+
+
+@dataclass(frozen=True)
+class Abandon:
+    """A run whose worker is gone: mark it ended (``FAILURE`` or ``CANCELED``) in storage."""
+
+    run_id: str
+    workload: str
+    status: DagsterRunStatus
+    silent_for: float
 
 
 @dataclass(frozen=True)

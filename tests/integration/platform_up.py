@@ -3,6 +3,7 @@ and check every process it started has exited."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -22,8 +23,9 @@ WORKLOADS = ("clickstream", "orders")
 
 
 class Up:
-    def __init__(self, state: Path) -> None:
+    def __init__(self, state: Path, env: dict[str, str] | None = None) -> None:
         self.state = state
+        self.env = env or {}
         self.ui_port = free_port()
         self.ports = [self.ui_port, free_port(), free_port()]
 
@@ -72,7 +74,7 @@ class Up:
         proc = subprocess.Popen(
             command,
             cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
+            env={**os.environ, "PYTHONPATH": str(REPO), **self.env},
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -80,9 +82,16 @@ class Up:
         try:
             yield proc
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(30)
+            if proc.poll() is None:  # a failed test: leave no broker or Dagster behind
+                self.pull_the_plug(proc)
+
+    def pull_the_plug(self, proc: subprocess.Popen[bytes]) -> None:
+        """kill -9 ``lanehouse up`` and everything it started, as a power loss would."""
+        family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        for process in family:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        psutil.wait_procs(family, timeout=30)
 
     def stop(self, proc: subprocess.Popen[bytes]) -> None:
         descendants = psutil.Process(proc.pid).children(recursive=True)

@@ -36,6 +36,7 @@ from consumers.sample import produce_sample
 from orchestration import consumer_job as consumer_job_module
 from orchestration.consumer_job import consumer_job
 from orchestration.definitions import topic_asset_key
+from orchestration.heartbeat import read_heartbeats
 from orchestration.workloads import CONSUMER_JOB_NAME, WORKLOAD_PARTITIONS
 from tests.helpers import wait_until
 from tests.integration import job_handlers
@@ -121,7 +122,7 @@ def logged(instance: DagsterInstance, text: str) -> Callable[[], bool]:
     return check
 
 
-Action = Literal["terminate", "sigint", "canceling", "force"]
+Action = Literal["terminate", "sigint", "canceling", "force", "fail"]
 
 
 class Operator(threading.Thread):
@@ -164,6 +165,8 @@ class Operator(threading.Thread):
             self.instance.report_run_canceling(run)
         if action == "force":
             self.instance.report_run_canceled(run)
+        if action == "fail":  # what the sensor does to a run whose heartbeat stopped
+            self.instance.report_run_failed(run)
         if action in ("terminate", "sigint"):
             os.kill(os.getpid(), signal.SIGINT)
 
@@ -409,6 +412,45 @@ def test_off_the_main_thread_the_run_stops_once_it_is_canceling_and_pool_size_ap
     finished = job_handlers.finished
     committed = handled_below_commit(kafka_broker.bootstrap, "threaded-group", topic, finished)
     assert committed == {p: first_unhandled(p, finished) for p in range(PARTITIONS)}
+
+
+def test_the_run_beats_and_stops_itself_once_declared_dead(
+    kafka_broker: TansuBroker,
+    topic_factory: Callable[..., str],
+    instance: DagsterInstance,
+    workloads: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A heartbeat that could not be written (a storage hiccup) makes the sensor mark a live run
+    FAILURE and start another: the live one must then stop, gracefully."""
+    monkeypatch.setattr(consumer_job_module, "STATUS_POLL_SECONDS", 0.1)
+    monkeypatch.setattr(consumer_job_module, "HEARTBEAT_SECONDS", 0.1)
+    topic = topic_factory(PARTITIONS)
+    produce_sample(kafka_broker.bootstrap, topic, RECORDS, keys=8)
+    write_spec(workloads, "beating", kafka_broker, topic)
+    register(instance, "beating")
+    job_handlers.reset(per_record_delay=0.005)
+    beats: list[str] = []
+
+    def beating() -> bool:
+        run = active_run(instance)
+        beat = read_heartbeats(instance, ["beating"]).get(run.run_id) if run else None
+        if beat is not None and beat not in beats:
+            beats.append(beat)
+        return len(beats) >= 3 and len(job_handlers.finished) >= 200
+
+    operator = Operator(instance, (beating, "fail"), may_signal=False)
+    operator.start()
+    result = execute(instance, "beating")
+    operator.join(5)
+    assert operator.error is None, operator.error
+    assert logged(instance, "the run was marked FAILURE while still running")()
+    assert job_handlers.cancelled == []
+    finished = job_handlers.finished
+    assert len(finished) < RECORDS, "the run did not stop when it was declared dead"
+    committed = handled_below_commit(kafka_broker.bootstrap, "beating-group", topic, finished)
+    assert committed == {p: first_unhandled(p, finished) for p in range(PARTITIONS)}
+    assert instance.get_run_by_id(result.run_id).status == DagsterRunStatus.FAILURE  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(

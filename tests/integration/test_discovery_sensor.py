@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from dagster import (
     AddDynamicPartitionsRequest,
+    DagsterEventType,
     DagsterInstance,
     DagsterRun,
     DagsterRunStatus,
@@ -41,6 +42,7 @@ from dagster._daemon.sensor import execute_sensor_iteration
 
 from orchestration.discovery import build_discovery_sensor, workload_discovery_sensor
 from orchestration.discovery_state import CRASH_LOOP_TAG, RESTARTS_TAG, RestartPolicy
+from orchestration.heartbeat import write_heartbeat
 from orchestration.workloads import (
     CONSUMER_JOB_NAME,
     DISCOVERY_SENSOR_NAME,
@@ -298,6 +300,35 @@ def test_user_terminated_run_stays_stopped_until_relaunched(platform: Platform) 
     platform.finish(theirs)
     assert len(platform.tick().run_requests or []) == 1
     assert platform.runs("orders")[0].tags[GENERATION_TAG] == "2"
+
+
+def test_a_run_whose_heartbeat_stops_is_marked_failed_and_restarted(platform: Platform) -> None:
+    platform.write("orders")
+    platform.tick()
+    (run,) = platform.runs("orders")
+    timeout = POLICY.heartbeat_timeout
+    for beat in range(1, 6):  # a live worker: beats keep it running well past the timeout
+        write_heartbeat(platform.instance, "orders", run.run_id, beat)
+        platform.now += timeout / 2
+        assert platform.tick().skip_message == "workloads: 1 running"
+    platform.now += timeout - 1  # then it is killed: no more beats
+    assert platform.tick().skip_message == "workloads: 1 running"
+    platform.now += 1
+    platform.tick()
+    dead = platform.instance.get_run_by_id(run.run_id) or pytest.fail("run vanished")
+    assert dead.status == S.FAILURE
+    assert f"no heartbeat from this run for {timeout:.0f} s" in failure_message(platform, dead)
+    assert "has not sent a heartbeat" in platform.log_text(logging.WARNING)
+    platform.now += POLICY.base_backoff
+    assert len(platform.tick().run_requests or []) == 1
+    assert platform.runs("orders")[0].tags[RESTARTS_TAG] == "1"
+
+
+def failure_message(platform: Platform, run: DagsterRun) -> str:
+    records = platform.instance.get_records_for_run(
+        run.run_id, of_type=DagsterEventType.RUN_FAILURE
+    ).records
+    return "\n".join(record.event_log_entry.message or "" for record in records)
 
 
 def test_invalid_spec_is_reported_and_others_are_unaffected(platform: Platform) -> None:

@@ -1,7 +1,8 @@
 """``lanehouse up`` for real: brokers, producers and ``dagster dev`` from a clean state dir; the
 discovery sensor starts a consumer run per workload; SIGTERM takes everything down, consumer
 runs first (CANCELED, tagged as stopped by the platform); a second ``up`` on the same state dir
-starts them again."""
+starts them again. After a power loss (everything killed with SIGKILL) the runs left STARTED are
+declared dead by their silent heartbeats and their workloads start again."""
 
 from __future__ import annotations
 
@@ -9,13 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.platform_up import Up
+from tests.helpers import wait_until
+from tests.integration.platform_up import WORKLOADS, Up
 
 pytestmark = pytest.mark.integration
 
 
+HEARTBEAT_TIMEOUT = 20
+
+
 def test_up_runs_every_workload_and_sigterm_stops_runs_first(tmp_path: Path) -> None:
-    up = Up(tmp_path / "state")
+    up = Up(tmp_path / "state", env={"LANEHOUSE_HEARTBEAT_TIMEOUT": str(HEARTBEAT_TIMEOUT)})
     with up.running() as proc:
         up.wait_all_running()
         first = up.started()
@@ -30,4 +35,21 @@ def test_up_runs_every_workload_and_sigterm_stops_runs_first(tmp_path: Path) -> 
             assert runs[run_id]["status"] == "CANCELED", runs[run_id]
             assert runs[run_id]["tags"]["lanehouse/stop_reason"] == "platform"
             assert up.started()[workload] != run_id
+        # A power loss: nothing drains, the runs stay STARTED in run storage, and no process is
+        # left that Dagster could ask about them. Their heartbeats tell the sensor they are gone.
+        lost = up.started()
+        up.pull_the_plug(proc)
+    with up.running() as proc:
+        wait_until(
+            lambda: (
+                set(up.started()) == set(WORKLOADS)
+                and not set(up.started().values()) & set(lost.values())
+            ),
+            timeout=HEARTBEAT_TIMEOUT + 180,
+            interval=1,
+            message=f"new runs for the runs lost in the power loss\n{up.log()}",
+        )
+        runs = {run["runId"]: run for run in up.runs()}
+        for run_id in lost.values():
+            assert runs[run_id]["status"] == "FAILURE", runs[run_id]
         up.stop(proc)

@@ -15,6 +15,7 @@ import pytest
 from dagster import DagsterRunStatus
 
 from consumers.spec import WorkloadSpec, spec_hash
+from orchestration.discovery import HEARTBEAT_TIMEOUT_ENV, policy_from_env
 from orchestration.discovery_logic import Decision, decide, tracked_run_ids
 from orchestration.discovery_state import (
     CRASH_LOOP_TAG,
@@ -60,9 +61,15 @@ class World:
         self.now = 1_000_000.0
         self.used_keys: set[str] = set()
         self.requested: list[Launch] = []
+        #: Runs whose worker is gone: they stop beating.
+        self.dead: set[str] = set()
         self._ids = itertools.count(1)
+        self._beats = itertools.count(1)
 
     def tick(self, reg: Registry) -> Decision:
+        for run in list(self.runs.values()):
+            if run.status in (S.STARTED, S.CANCELING) and run.run_id not in self.dead:
+                self.runs[run.run_id] = replace(run, heartbeat=str(next(self._beats)))
         decision = decide(
             reg, self.state, self.runs.values(), self.partitions, self.now, self.policy
         )
@@ -74,6 +81,8 @@ class World:
             if launch.run_key not in self.used_keys:  # Dagster skips a used run key
                 self.used_keys.add(launch.run_key)
                 self.add_run(launch.workload, S.QUEUED, True, launch.generation, launch.spec_hash)
+        for abandon in decision.abandons:
+            self.set(abandon.run_id, abandon.status, self.runs[abandon.run_id].stop_reason)
         for cancel in decision.cancels:
             run = self.runs[cancel.run_id]
             status = S.CANCELED if run.status == S.QUEUED else S.CANCELING
@@ -317,6 +326,82 @@ def test_runs_the_platform_stopped_start_again() -> None:
     assert [launch.generation for launch in world.tick(reg).launches] == [2]
 
 
+def silence(world: World, reg: Registry, run_id: str) -> Decision:
+    """Kill ``run_id``'s worker; tick every 10 s until the sensor gives up on it."""
+    world.dead.add(run_id)
+    waited = 0.0
+    while not (decision := world.tick(reg)).abandons:
+        assert world.runs[run_id].active
+        assert waited < 2 * POLICY.heartbeat_timeout, "never abandoned"
+        world.now += 10
+        waited += 10
+    assert waited == POLICY.heartbeat_timeout
+    return decision
+
+
+def test_a_run_killed_outright_is_marked_failed_and_restarted_with_backoff() -> None:
+    world, reg = World(), registry(workload("orders"))
+    world.tick(reg)
+    world.start_all()
+    world.tick(reg)
+    killed = world.latest("orders").run_id
+    gone = silence(world, reg, killed)
+    (abandon,) = gone.abandons
+    assert (abandon.run_id, abandon.status) == (killed, S.FAILURE)
+    assert "has not sent a heartbeat for 120 s" in texts(gone, "warning")
+    assert "1 crash(es)" in texts(gone, "warning")
+    assert world.runs[killed].status == S.FAILURE
+    world.now += POLICY.base_backoff
+    (launch,) = world.tick(reg).launches
+    assert (launch.generation, launch.restarts) == (2, 1)
+
+
+def test_a_run_killed_while_draining_for_a_spec_change_lets_the_new_spec_start() -> None:
+    world = World()
+    world.tick(registry(workload("orders")))
+    world.start_all()
+    world.tick(registry(workload("orders")))
+    changed = registry(workload("orders", concurrency=7))
+    (cancel,) = world.tick(changed).cancels
+    gone = silence(world, changed, cancel.run_id)
+    assert gone.abandons[0].status == S.CANCELED
+    assert "crash" not in texts(gone)
+    assert [launch.generation for launch in gone.launches] == [2]
+
+
+def test_a_run_killed_while_a_person_terminated_it_stays_stopped() -> None:
+    world, reg = World(), registry(workload("orders"))
+    world.tick(reg)
+    world.start_all()
+    world.tick(reg)
+    run_id = world.latest("orders").run_id
+    world.set(run_id, S.CANCELING)  # terminate in the UI; the worker dies while draining
+    gone = silence(world, reg, run_id)
+    assert (gone.launches, gone.abandons[0].status) == ((), S.CANCELED)
+    assert world.tick(reg).summary == "workloads: 1 stopped by a person"
+
+
+def test_a_live_run_is_never_abandoned_however_far_the_sensor_clock_jumps() -> None:
+    # The sensor compares heartbeats with each other, never with its clock: a sensor that was
+    # off for an hour, or a worker whose clock is wrong, does not make a live run look dead.
+    world, reg = World(), registry(workload("orders"))
+    world.tick(reg)
+    world.start_all()
+    for _ in range(5):
+        world.now += 3600
+        decision = world.tick(reg)
+        assert (decision.abandons, decision.summary) == ((), "workloads: 1 running")
+
+
+def test_a_run_that_never_beats_is_abandoned_a_timeout_after_it_was_first_seen() -> None:
+    world, reg = World(), registry(workload("orders"))
+    world.tick(reg)
+    run_id = world.latest("orders").run_id
+    world.dead.add(run_id)  # died before its first beat
+    world.start_all()
+    assert silence(world, reg, run_id).abandons[0].status == S.FAILURE
+
+
 def test_invalid_spec_is_reported_and_does_not_touch_other_workloads() -> None:
     world, orders = World(), workload("orders")
     world.tick(registry(orders))
@@ -465,3 +550,14 @@ def test_restart_policy() -> None:
         RestartPolicy(base_backoff=10, max_backoff=5)
     with pytest.raises(ValueError, match="threshold"):
         RestartPolicy(crash_loop_threshold=0)
+
+
+def test_heartbeat_timeout_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(HEARTBEAT_TIMEOUT_ENV, raising=False)
+    assert policy_from_env().heartbeat_timeout == RestartPolicy().heartbeat_timeout
+    monkeypatch.setenv(HEARTBEAT_TIMEOUT_ENV, "45")
+    assert policy_from_env().heartbeat_timeout == 45
+    for bad in ("soon", "5", "nan", "-30"):
+        monkeypatch.setenv(HEARTBEAT_TIMEOUT_ENV, bad)
+        with pytest.raises(ValueError, match=f"{HEARTBEAT_TIMEOUT_ENV}='{bad}': expected seconds"):
+            policy_from_env()
