@@ -10,6 +10,7 @@ Commands:
               a verified summary
     up        the platform: brokers, demo producers, Dagster with the discovery sensor
     dead-letters list|replay   show a (Kafka) workload's dead letters, or republish them
+    workloads list|status      workloads with their consumer runs and the engine's progress
 
 This module must stay importable without Dagster or Spark: commands that need them import them
 inside the command function, so ``lanehouse --help`` and ``lanehouse produce`` start fast.
@@ -49,6 +50,7 @@ from consumers.pulsar_options import validate_pulsar_topic
 from consumers.run import run_specs
 from consumers.sample import produce_pulsar_sample, produce_sample
 from consumers.spec import KafkaSourceSpec, PulsarSourceSpec, WorkloadSpec, load_specs
+from orchestration.cli_workloads import workloads_app
 
 app = typer.Typer(
     name="lanehouse",
@@ -496,6 +498,8 @@ def up(
         _error(str(exc))
         raise typer.Exit(1) from exc
 
+
+app.add_typer(workloads_app)
 
 # --------------------------------------------------------------------------- dead letters
 

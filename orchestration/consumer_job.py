@@ -67,6 +67,7 @@ from orchestration.workloads import (
     CONSUMER_JOB_NAME,
     SPEC_HASH_TAG,
     WORKLOAD_PARTITIONS,
+    topic_asset_key,
     workloads_dir,
 )
 
@@ -301,9 +302,6 @@ class Reporter:
     """Observes each source topic asset from engine snapshots (on the op's thread only)."""
 
     def __init__(self, context: OpExecutionContext, app: ConsumerApp, spec: WorkloadSpec) -> None:
-        # Imported here: orchestration.definitions will import this module for the job.
-        from orchestration.definitions import topic_asset_key
-
         self._context = context
         self._app = app
         self._name = self.workload = spec.name

@@ -11,40 +11,17 @@ Spark assets come with the landing issue.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final
 
 from dagster import AssetSpec, Definitions
 
-from consumers.pulsar_options import validate_pulsar_topic
 from consumers.spec import WorkloadSpec
 from orchestration.registry import read_registry
-from orchestration.workloads import workloads_dir
+from orchestration.workloads import SourceKind, topic_asset_key, workloads_dir
 
-SourceKind = Literal["kafka", "pulsar"]
 _KINDS: Final[Mapping[SourceKind, str]] = {"kafka": "Kafka", "pulsar": "Pulsar"}
-
-
-def _part(text: str) -> str:
-    """Dagster key parts: only word characters, so ``.``, ``-`` and the like become ``_``."""
-    return re.sub(r"[^A-Za-z0-9_]", "_", text)
-
-
-def topic_asset_key(topic: str, kind: SourceKind = "kafka") -> list[str]:
-    """The asset key of a topic read by some workload.
-
-    Kafka: ``["topics", "<topic>"]``. Pulsar: ``["topics", "pulsar", tenant, namespace,
-    topic]`` from the full name, so ``persistent://public/default/orders`` never meets a
-    Kafka topic ``orders`` (or one named ``pulsar``: the keys differ in length).
-    """
-    if kind == "pulsar":
-        tenant, namespace, name = (
-            validate_pulsar_topic(topic).removeprefix("persistent://").split("/")
-        )
-        return ["topics", "pulsar", _part(tenant), _part(namespace), _part(name)]
-    return ["topics", _part(topic)]
 
 
 def topic_assets(specs: list[WorkloadSpec]) -> list[AssetSpec]:

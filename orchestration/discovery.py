@@ -218,7 +218,10 @@ def collect_runs(
         stamps.append(state.watermark)
     runs = [info for record in records.values() if (info := run_info(record)) is not None]
     beats = read_heartbeats(instance, {run.workload for run in runs if run.active})
-    runs = [replace(run, heartbeat=beats.get(run.run_id)) for run in runs]
+    runs = [
+        replace(run, heartbeat=beat.beat) if (beat := beats.get(run.run_id)) else run
+        for run in runs
+    ]
     return runs, max(stamps, default=None)
 
 

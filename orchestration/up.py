@@ -36,6 +36,7 @@ from orchestration.instance import prepare_dagster_home
 from orchestration.workloads import (
     CONSUMER_JOB_NAME,
     DISCOVERY_SENSOR_NAME,
+    PLATFORM_STOP_REASON,
     STOP_REASON_TAG,
     workloads_dir,
 )
@@ -230,7 +231,7 @@ class Platform:
         from dagster import DagsterInstance
 
         with DagsterInstance.from_config(str(self.home)) as instance:
-            instance.add_run_tags(run_id, {STOP_REASON_TAG: "platform"})
+            instance.add_run_tags(run_id, {STOP_REASON_TAG: PLATFORM_STOP_REASON})
 
     # ------------------------------------------------------------ stop
 

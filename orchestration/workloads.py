@@ -8,10 +8,15 @@ One module so the sensor can target the job by name and tag runs the way the job
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 from dagster import DynamicPartitionsDefinition
+
+from consumers.pulsar_options import validate_pulsar_topic
+
+SourceKind = Literal["kafka", "pulsar"]
 
 #: One dynamic partition per workload name: the UI shows one row per workload.
 WORKLOAD_PARTITIONS: Final = DynamicPartitionsDefinition(name="workloads")
@@ -27,6 +32,7 @@ GENERATION_TAG: Final = "lanehouse/generation"
 #: Set on a run stopped by ``lanehouse up``'s shutdown (value ``platform``): unlike a run a person
 #: terminated, the discovery sensor starts that workload again when the platform comes back.
 STOP_REASON_TAG: Final = "lanehouse/stop_reason"
+PLATFORM_STOP_REASON: Final = "platform"
 
 #: Where workload specs live unless ``LANEHOUSE_WORKLOADS`` says otherwise.
 DEFAULT_WORKLOADS_DIR: Final = Path(__file__).resolve().parent.parent / "workloads"
@@ -35,3 +41,23 @@ DEFAULT_WORKLOADS_DIR: Final = Path(__file__).resolve().parent.parent / "workloa
 def workloads_dir() -> Path:
     """The directory of workload specs (``$LANEHOUSE_WORKLOADS`` or the repo's ``workloads/``)."""
     return Path(os.environ.get("LANEHOUSE_WORKLOADS", DEFAULT_WORKLOADS_DIR))
+
+
+def _part(text: str) -> str:
+    """Dagster key parts: only word characters, so ``.``, ``-`` and the like become ``_``."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", text)
+
+
+def topic_asset_key(topic: str, kind: SourceKind = "kafka") -> list[str]:
+    """The asset key of a topic read by some workload (its observations land there).
+
+    Kafka: ``["topics", "<topic>"]``. Pulsar: ``["topics", "pulsar", tenant, namespace,
+    topic]`` from the full name, so ``persistent://public/default/orders`` never meets a
+    Kafka topic ``orders`` (or one named ``pulsar``: the keys differ in length).
+    """
+    if kind == "pulsar":
+        tenant, namespace, name = (
+            validate_pulsar_topic(topic).removeprefix("persistent://").split("/")
+        )
+        return ["topics", "pulsar", _part(tenant), _part(namespace), _part(name)]
+    return ["topics", _part(topic)]

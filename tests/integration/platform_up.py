@@ -4,6 +4,7 @@ and check every process it started has exited."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -84,6 +85,15 @@ class Up:
         finally:
             if proc.poll() is None:  # a failed test: leave no broker or Dagster behind
                 self.pull_the_plug(proc)
+
+    def workloads(self) -> dict[str, dict[str, Any]]:
+        """``lanehouse workloads list --json`` on this platform's state dir, by workload."""
+        command = [sys.executable, "-m", "orchestration.cli", "workloads", "list", "--json"]
+        command += ["--state-dir", str(self.state)]
+        done = subprocess.run(
+            command, cwd=REPO, capture_output=True, text=True, timeout=60, check=True
+        )
+        return {w["name"]: w for w in json.loads(done.stdout)["workloads"]}
 
     def pull_the_plug(self, proc: subprocess.Popen[bytes]) -> None:
         """kill -9 ``lanehouse up`` and everything it started, as a power loss would."""

@@ -35,9 +35,8 @@ from consumers.embedded.tansu import TansuBroker, create_topic
 from consumers.sample import produce_sample
 from orchestration import consumer_job as consumer_job_module
 from orchestration.consumer_job import consumer_job
-from orchestration.definitions import topic_asset_key
 from orchestration.heartbeat import read_heartbeats
-from orchestration.workloads import CONSUMER_JOB_NAME, WORKLOAD_PARTITIONS
+from orchestration.workloads import CONSUMER_JOB_NAME, WORKLOAD_PARTITIONS, topic_asset_key
 from tests.helpers import wait_until
 from tests.integration import job_handlers
 from tests.integration.processes import source_yaml
@@ -435,8 +434,8 @@ def test_the_run_beats_and_stops_itself_once_declared_dead(
     def beating() -> bool:
         run = active_run(instance)
         beat = read_heartbeats(instance, ["beating"]).get(run.run_id) if run else None
-        if beat is not None and beat not in beats:
-            beats.append(beat)
+        if beat is not None and beat.beat not in beats:
+            beats.append(beat.beat)
         return len(beats) >= 3 and len(job_handlers.finished) >= 200
 
     operator = Operator(instance, (beating, "fail"), may_signal=False)

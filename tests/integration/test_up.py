@@ -24,9 +24,28 @@ def test_up_runs_every_workload_and_sigterm_stops_runs_first(tmp_path: Path) -> 
     with up.running() as proc:
         up.wait_all_running()
         first = up.started()
+        # `lanehouse workloads` reads the instance: each workload's run, then the engine's
+        # first progress report (observations come every 30 s) and a fresh heartbeat.
+        wait_until(
+            lambda: all(w["progress"] for w in up.workloads().values()),
+            timeout=90,
+            interval=2,
+            message="every workload reports progress",
+        )
+        listed = up.workloads()
+        assert {name: (w["phase"], w["run"]["run_id"]) for name, w in listed.items()} == {
+            name: ("running", run_id) for name, run_id in first.items()
+        }
+        for workload in listed.values():
+            assert 0 <= workload["heartbeat_age"] < 60, workload
+            assert [p["topic"] for p in workload["progress"]] == workload["topics"]
+            assert sum(p["records_completed"] for p in workload["progress"]) > 0, workload
         up.stop(proc)
     log = up.log()
     assert log.index("terminating 2 consumer run(s)") < log.index("dagster dev stopped")
+    # With everything down the command still answers, from storage alone.
+    for workload in up.workloads().values():
+        assert (workload["phase"], workload["run"]["status"]) == ("stopped", "CANCELED")
 
     with up.running() as proc:  # the same state: the runs stopped by the platform come back
         up.wait_all_running()

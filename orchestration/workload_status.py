@@ -1,0 +1,315 @@
+"""What ``lanehouse workloads list|status`` shows: each workload as the platform sees it.
+
+Three sources, all read from the Dagster instance and the workloads directory, so the command
+works the same against ``lanehouse up`` on a laptop and a production instance on PostgreSQL:
+
+* the **spec** (:mod:`orchestration.registry`): valid or not, enabled, source, topics;
+* the **discovery sensor's cursor**: whether a person stopped the workload, recent crashes, the
+  restart backoff;
+* the **runs** of the consumer job for the workload's partition, and the engine's metrics as the
+  newest run reported them: the ``AssetObservation`` of each source topic (throughput, lag, in
+  flight, the oldest unfinished record), with its age. Observations of an older run are not
+  shown as current.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from dagster import AssetKey, DagsterInstance, RunsFilter
+from pydantic import BaseModel, ConfigDict
+
+from consumers.spec import WorkloadSpec
+from orchestration.discovery import policy_from_env
+from orchestration.discovery_state import (
+    CRASH_LOOP_TAG,
+    RESTARTS_TAG,
+    DiscoveryState,
+    RestartPolicy,
+    WorkloadState,
+)
+from orchestration.heartbeat import read_heartbeats
+from orchestration.registry import InvalidSpec, Registry, read_registry
+from orchestration.workloads import (
+    CONSUMER_JOB_NAME,
+    DISCOVERY_SENSOR_NAME,
+    GENERATION_TAG,
+    PLATFORM_STOP_REASON,
+    STOP_REASON_TAG,
+    topic_asset_key,
+)
+
+__all__ = ["RunSummary", "TopicProgress", "WorkloadStatus", "collect_statuses", "sensor_state"]
+
+PARTITION_TAG = "dagster/partition"
+_LIVE = frozenset({"STARTED", "CANCELING", "STARTING", "QUEUED", "NOT_STARTED"})
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class TopicProgress(_Model):
+    """The engine's last report on one source topic (``AssetObservation`` metadata)."""
+
+    topic: str
+    observed_at: datetime
+    age_seconds: float
+    status: str | None
+    throughput_per_s: float | None
+    lag: int | None
+    in_flight: int | None
+    records_completed: int | None
+    records_failed: int | None
+    pinned_partition: int | None
+    pinned_offset: int | None
+    pinned_seconds: float | None
+
+
+class RunSummary(_Model):
+    run_id: str
+    status: str
+    created_at: datetime
+    ended_at: datetime | None
+    generation: str | None
+    restarts: int
+    crash_loop: bool
+    stop_reason: str | None
+    by_sensor: bool
+
+
+class WorkloadStatus(_Model):
+    name: str
+    file: str
+    valid: bool
+    error: str | None
+    enabled: bool | None
+    source_kind: str | None
+    topics: tuple[str, ...]
+    #: One word for the table: running, starting, stopping, stopped, crash-looping, ...
+    phase: str
+    #: Why the phase, when it needs saying.
+    note: str | None
+    run: RunSummary | None
+    recent_runs: tuple[RunSummary, ...]
+    progress: tuple[TopicProgress, ...]
+    #: Seconds since the current run's worker last beat (its clock against ours), if it beat.
+    heartbeat_age: float | None
+    crashes: int
+    next_start: datetime | None
+
+
+def sensor_state(instance: DagsterInstance) -> tuple[str | None, DiscoveryState | None]:
+    """The discovery sensor's status (RUNNING, STOPPED, ...) and cursor, if it has ticked."""
+    for state in instance.all_instigator_state():
+        if state.name != DISCOVERY_SENSOR_NAME or state.instigator_type.value != "SENSOR":
+            continue
+        cursor = getattr(state.instigator_data, "cursor", None)
+        try:
+            parsed = DiscoveryState.from_cursor(cursor) if cursor else None
+        except ValueError:
+            parsed = None
+        return state.status.value, parsed
+    return None, None
+
+
+def collect_statuses(
+    instance: DagsterInstance,
+    directory: Path,
+    names: Iterable[str] | None = None,
+    history: int = 5,
+    now: datetime | None = None,
+    policy: RestartPolicy | None = None,
+) -> list[WorkloadStatus]:
+    """Every workload in ``directory`` (or only ``names``), plus ones that still have runs."""
+    now = now or datetime.now(UTC)
+    policy = policy or policy_from_env()
+    registry = read_registry(directory) if directory.is_dir() else Registry({})
+    _, cursor = sensor_state(instance)
+    states = cursor.workloads if cursor is not None else {}
+    wanted = set(names) if names is not None else None
+    invalid = {spec.name: spec for spec in registry.invalid if spec.name}
+    everyone = sorted(registry.workloads.keys() | invalid.keys() | states.keys())
+    names = [name for name in everyone if wanted is None or name in wanted]
+    beats = read_heartbeats(instance, names)
+    statuses = []
+    for name in names:
+        runs = _runs(instance, name, history)
+        beat = beats.get(runs[0].run_id) if runs else None
+        age = max(now.timestamp() - beat.at, 0.0) if beat is not None and beat.at else None
+        context = _Context(registry, invalid, states.get(name), now, policy, age)
+        statuses.append(_status(instance, name, runs, context))
+    return statuses
+
+
+@dataclass(frozen=True)
+class _Context:
+    registry: Registry
+    invalid: Mapping[str, InvalidSpec]
+    state: WorkloadState | None
+    now: datetime
+    policy: RestartPolicy
+    heartbeat_age: float | None
+
+
+def _runs(instance: DagsterInstance, name: str, limit: int) -> list[RunSummary]:
+    records = instance.get_run_records(
+        RunsFilter(job_name=CONSUMER_JOB_NAME, tags={PARTITION_TAG: name}), limit=limit
+    )
+    summaries = []
+    for record in records:
+        run = record.dagster_run
+        tags = run.tags
+        restarts = tags.get(RESTARTS_TAG, "0")
+        summaries.append(
+            RunSummary(
+                run_id=run.run_id,
+                status=run.status.value,
+                created_at=_aware(record.create_timestamp),
+                ended_at=_stamp(record.end_time),
+                generation=tags.get(GENERATION_TAG),
+                restarts=int(restarts) if restarts.isdigit() else 0,
+                crash_loop=tags.get(CRASH_LOOP_TAG) == "true",
+                stop_reason=tags.get(STOP_REASON_TAG),
+                by_sensor=GENERATION_TAG in tags,
+            )
+        )
+    return summaries
+
+
+def _aware(moment: datetime) -> datetime:
+    """Run storage keeps naive UTC times."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _stamp(epoch: float | None) -> datetime | None:
+    return datetime.fromtimestamp(epoch, tz=UTC) if epoch is not None else None
+
+
+def _status(
+    instance: DagsterInstance, name: str, runs: list[RunSummary], context: _Context
+) -> WorkloadStatus:
+    entry = context.registry.workloads.get(name)
+    broken = context.invalid.get(name)
+    state, now = context.state, context.now
+    spec = entry.spec if entry is not None else None
+    run = runs[0] if runs else None
+    progress: list[TopicProgress] = []
+    if spec is not None and run is not None:
+        for topic in spec.source.topics:
+            report = _progress(instance, topic, spec.source.kind, run.run_id, now)
+            if report is not None:
+                progress.append(report)
+    crashes = len(state.crashes) if state is not None else 0
+    next_start = _stamp(state.next_start) if state is not None else None
+    phase, note = _phase(entry is not None, broken, spec, run, crashes, context)
+    if entry is not None:
+        file = entry.file
+    elif broken is not None:
+        file = broken.file
+    else:
+        file = (state.file if state is not None else None) or ""
+    return WorkloadStatus(
+        name=name,
+        file=file,
+        valid=entry is not None,
+        error=str(broken) if broken is not None else None,
+        enabled=spec.enabled if spec is not None else None,
+        source_kind=spec.source.kind if spec is not None else None,
+        topics=tuple(spec.source.topics) if spec is not None else (),
+        phase=phase,
+        note=note,
+        run=run,
+        recent_runs=tuple(runs),
+        progress=tuple(progress),
+        heartbeat_age=context.heartbeat_age,
+        crashes=crashes,
+        next_start=next_start,
+    )
+
+
+def _phase(
+    registered: bool,
+    broken: InvalidSpec | None,
+    spec: WorkloadSpec | None,
+    run: RunSummary | None,
+    crashes: int,
+    context: _Context,
+) -> tuple[str, str | None]:
+    """The phase the operator cares about first, with a note when there is more to say."""
+    state, now, policy = context.state, context.now, context.policy
+    live = run is not None and run.status in _LIVE
+    if not registered:
+        if broken is not None:
+            return "invalid", "spec file is invalid; the last valid spec keeps running"
+        return ("stopping", "spec removed") if live else ("removed", None)
+    if run is not None and run.status == "CANCELING":
+        return "stopping", run.stop_reason
+    silent = context.heartbeat_age
+    if live and run is not None and silent is not None and silent >= policy.heartbeat_timeout:
+        return "unresponsive", (
+            f"no heartbeat for {silent:.0f}s: its worker may be gone; the discovery sensor marks "
+            "it failed and restarts it (if the sensor is running)"
+        )
+    if live and run is not None:
+        phase = "running" if run.status == "STARTED" else "starting"
+        if crashes >= policy.crash_loop_threshold:
+            return phase, f"crash-looping: {crashes} crashes in the last hour"
+        return phase, None
+    if spec is None or not spec.enabled:
+        return "disabled", "enabled: false"
+    if state is not None and state.stopped_by_user:
+        return "stopped", "stopped by a person: launch its partition from the UI to resume"
+    if crashes >= policy.crash_loop_threshold:
+        return "crash-looping", f"{crashes} crashes in the last hour"
+    if state is not None and state.next_start is not None and state.next_start > now.timestamp():
+        return "waiting", f"restart after a crash at {_stamp(state.next_start):%H:%M:%S} UTC"
+    if run is None:
+        return "new", "the discovery sensor has not launched it yet"
+    if run.stop_reason == PLATFORM_STOP_REASON:
+        return "stopped", "stopped with the platform; it starts again when the platform is up"
+    return "starting", "the discovery sensor launches it on its next tick"
+
+
+def _progress(
+    instance: DagsterInstance, topic: str, kind: str, run_id: str, now: datetime
+) -> TopicProgress | None:
+    key = AssetKey(topic_asset_key(topic, "pulsar" if kind == "pulsar" else "kafka"))
+    records = instance.fetch_observations(key, limit=1).records
+    if not records or records[0].run_id != run_id:
+        return None
+    record = records[0]
+    observation = record.asset_observation
+    if observation is None:
+        return None
+    meta = {name: value.value for name, value in observation.metadata.items()}
+    at = datetime.fromtimestamp(record.timestamp, tz=UTC)
+    return TopicProgress(
+        topic=topic,
+        observed_at=at,
+        age_seconds=max((now - at).total_seconds(), 0.0),
+        status=_text(meta.get("status")),
+        throughput_per_s=_number(meta.get("throughput_per_s")),
+        lag=_integer(meta.get("lag")),
+        in_flight=_integer(meta.get("in_flight")),
+        records_completed=_integer(meta.get("records_completed")),
+        records_failed=_integer(meta.get("records_failed")),
+        pinned_partition=_integer(meta.get("pinned_partition")),
+        pinned_offset=_integer(meta.get("pinned_offset")),
+        pinned_seconds=_number(meta.get("pinned_seconds")),
+    )
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _integer(value: object) -> int | None:
+    return int(value) if isinstance(value, int | float) else None
