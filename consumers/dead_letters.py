@@ -47,6 +47,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from consumers.backends.kafka import ENGINE_OWNED
 from consumers.config_utils import parse_duration
 from consumers.dead_letter_headers import (
     DeadLetterInfo,
@@ -54,12 +55,14 @@ from consumers.dead_letter_headers import (
     replay_headers,
 )
 from consumers.errors import BrokerError
+from consumers.spec import WorkloadSpec
 
 __all__ = [
     "DeadLetterEntry",
     "ReplaySummary",
     "list_dead_letters",
     "parse_since",
+    "replay_client_config",
     "replay_dead_letters",
     "replay_group",
 ]
@@ -117,6 +120,12 @@ ClientConfig = Mapping[str, str | int | float | bool]
 #: ``progress(scanned, total)``: dead-letter records read so far, and how many this run will
 #: read (``None`` until every partition answered once; it grows if dead letters keep arriving).
 ProgressCallback = Callable[[int, int | None], None]
+
+
+def replay_client_config(spec: WorkloadSpec) -> dict[str, str | int | float | bool]:
+    """The workload's client properties (security, timeouts) without the ones these tools set."""
+    owned = {"group.id", "bootstrap.servers", *ENGINE_OWNED}
+    return {k: v for k, v in spec.client_config().items() if k not in owned}
 
 
 def replay_group(workload: str) -> str:

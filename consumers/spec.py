@@ -264,11 +264,15 @@ class RetrySpec(_Frozen):
 
 
 class DeadLetterSpec(_Frozen):
-    """Where records go after their last attempt, and the safety valve."""
+    """Where records go after their last attempt, the safety valve, and scheduled replay."""
 
     topic: TopicName
     max_ratio: float = Field(default=0.2, gt=0, le=1, allow_inf_nan=False)
     window: int = Field(default=1000, ge=1)
+    #: Replayed by the ``dead_letter_replay`` schedule (Kafka only) once that is switched on.
+    scheduled_replay: bool = False
+    #: A dead letter replayed this often already is left where it is.
+    max_replays: int = Field(default=3, ge=1)
 
 
 class OutputSpec(_Frozen):
@@ -326,6 +330,11 @@ class WorkloadSpec(_Frozen):
         ):
             if topic and topic in self.source.topics:
                 raise ValueError(f"{field} {topic!r} is also a source topic: that would loop")
+        if self.dead_letter and self.dead_letter.scheduled_replay and self.source.kind != "kafka":
+            raise ValueError(
+                "dead_letter.scheduled_replay: replay reads Kafka dead-letter topics only; "
+                "this workload reads Pulsar"
+            )
         return self
 
     @model_validator(mode="before")

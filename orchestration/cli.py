@@ -562,14 +562,6 @@ def _dead_letter_workload(specs: Path, workload: str) -> tuple[WorkloadSpec, Kaf
     return spec, spec.source, topic
 
 
-def _dead_letter_client_config(spec: WorkloadSpec) -> dict[str, str | int | float | bool]:
-    """The workload's client properties without the ones the dead-letter tools set themselves."""
-    from consumers.backends.kafka import ENGINE_OWNED
-
-    owned = {"group.id", "bootstrap.servers", *ENGINE_OWNED}
-    return {k: v for k, v in spec.client_config().items() if k not in owned}
-
-
 def _since_ms(since: str | None) -> int | None:
     from consumers.dead_letters import parse_since
 
@@ -615,7 +607,7 @@ def dead_letters_list(
     """Show a workload's dead letters (the whole dead-letter topic is read; nothing is committed)."""
     from rich.table import Table
 
-    from consumers.dead_letters import list_dead_letters
+    from consumers.dead_letters import list_dead_letters, replay_client_config
 
     spec, source, topic = _dead_letter_workload(specs, workload)
     since_ms = _since_ms(since)
@@ -626,7 +618,7 @@ def dead_letters_list(
             workload,
             limit=limit,
             since_ms=since_ms,
-            client_config=_dead_letter_client_config(spec),
+            client_config=replay_client_config(spec),
         )
     except LanehouseError as exc:
         _error(str(exc))
@@ -686,7 +678,7 @@ def dead_letters_replay(
 
     Progress is kept in the consumer group lanehouse.<workload>.dlq-replay, so a second run republishes nothing twice. Dead letters passed over (older than --since, already replayed --max-replays times, other workloads') are not looked at again by later replays; `list` still shows them.
     """
-    from consumers.dead_letters import replay_dead_letters
+    from consumers.dead_letters import replay_client_config, replay_dead_letters
 
     spec, source, topic = _dead_letter_workload(specs, workload)
     since_ms = _since_ms(since)
@@ -711,7 +703,7 @@ def dead_letters_replay(
                 limit=limit,
                 since_ms=since_ms,
                 max_replays=max_replays,
-                client_config=_dead_letter_client_config(spec),
+                client_config=replay_client_config(spec),
                 progress=report,
             )
         except LanehouseError as exc:

@@ -4,7 +4,8 @@
   the lineage starts at the broker (an invalid spec leaves the others' assets alone: the
   discovery sensor reports it);
 - the consumer job (one long-running run per workload partition);
-- the discovery sensor, which keeps one consumer run per enabled workload.
+- the discovery sensor, which keeps one consumer run per enabled workload;
+- the dead-letter replay job and its schedule (off until switched on in the UI).
 
 Spark assets come with the landing issue.
 """
@@ -57,12 +58,14 @@ def topic_assets(specs: list[WorkloadSpec]) -> list[AssetSpec]:
 
 def build_definitions(directory: Path) -> Definitions:
     from orchestration.consumer_job import consumer_job
+    from orchestration.dead_letter_replay import dead_letter_replay_schedule, replay_job
     from orchestration.discovery import workload_discovery_sensor
 
     specs = read_registry(directory).specs() if directory.is_dir() else []
     return Definitions(
         assets=topic_assets(specs),
-        jobs=[consumer_job],
+        jobs=[consumer_job, replay_job],
+        schedules=[dead_letter_replay_schedule],
         sensors=[workload_discovery_sensor],
     )
 

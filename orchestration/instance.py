@@ -6,7 +6,8 @@ Why each setting:
   PostgreSQL; see docs/operations.md).
 - ``concurrency.runs.max_concurrent_runs: -1``: a consumer run never ends, so Dagster's default
   limit of 10 runs in progress would fill up with consumers and queue everything else forever.
-  Spark runs, which do end, are limited by their tag instead.
+  Spark runs, which do end, are limited by their tag instead, and dead-letter replays to one
+  per workload.
 - telemetry off.
 """
 
@@ -21,6 +22,8 @@ import yaml
 #: Tag every Spark run carries; the instance runs at most ``SPARK_RUN_LIMIT`` of them at once.
 SPARK_RUN_TAG: Final = "lanehouse/spark"
 SPARK_RUN_LIMIT: Final = 1
+#: Tag of dead-letter replay runs (value: the workload), limited to one run per value.
+REPLAY_RUN_TAG: Final = "lanehouse/dead_letter_replay"
 #: The state directory unless ``LANEHOUSE_HOME`` or ``--state-dir`` says otherwise.
 DEFAULT_STATE_DIR: Final = Path(".lanehouse")
 
@@ -38,7 +41,15 @@ def instance_config() -> dict[str, Any]:
         "concurrency": {
             "runs": {
                 "max_concurrent_runs": -1,
-                "tag_concurrency_limits": [{"key": SPARK_RUN_TAG, "limit": SPARK_RUN_LIMIT}],
+                "tag_concurrency_limits": [
+                    {"key": SPARK_RUN_TAG, "limit": SPARK_RUN_LIMIT},
+                    # one dead-letter replay per workload at a time (its group does not lock)
+                    {
+                        "key": REPLAY_RUN_TAG,
+                        "value": {"applyLimitPerUniqueValue": True},
+                        "limit": 1,
+                    },
+                ],
             }
         },
     }

@@ -1,0 +1,141 @@
+"""Scheduled dead-letter replay: the ``dead_letter_replay`` schedule and its job.
+
+    schedule dead_letter_replay (hourly, STOPPED until someone switches it on in the UI)
+      └─► one ``replay_dead_letters`` run per workload (partition) whose spec opts in with
+          ``dead_letter: {scheduled_replay: true}`` (Kafka workloads; enabled ones only)
+            └─► consumers.dead_letters.replay_dead_letters: republish the workload's dead
+                letters not yet replayed to their source topic, at most ``max_replays`` times
+                each; progress in the group ``lanehouse.<workload>.dlq-replay``
+
+Off by default twice over (the schedule and the spec flag): replaying a record that fails for a
+reason nobody fixed only sends it round again. The job can also be launched by hand from the
+launchpad for any Kafka workload with a dead-letter topic, whatever its flag. Two replays of one
+workload must not overlap; the instance's tag limit on ``REPLAY_TAG`` (one run per value)
+serialises them (:mod:`orchestration.instance`).
+"""
+
+# No ``from __future__ import annotations``: Dagster reads the op's ``config`` annotation.
+from datetime import datetime
+
+from dagster import (
+    Config,
+    DefaultScheduleStatus,
+    Failure,
+    OpExecutionContext,
+    RunRequest,
+    ScheduleEvaluationContext,
+    SkipReason,
+    in_process_executor,
+    job,
+    op,
+    schedule,
+)
+from pydantic import Field
+
+from consumers.dead_letters import replay_client_config, replay_dead_letters
+from consumers.errors import LanehouseError
+from consumers.spec import KafkaSourceSpec, WorkloadSpec
+from orchestration.consumer_job import find_workload
+from orchestration.instance import REPLAY_RUN_TAG
+from orchestration.registry import read_registry
+from orchestration.workloads import WORKLOAD_PARTITIONS, WORKLOAD_TAG, workloads_dir
+
+__all__ = ["REPLAY_JOB_NAME", "REPLAY_TAG", "dead_letter_replay_schedule", "replay_job"]
+
+REPLAY_JOB_NAME = "replay_dead_letters"
+#: On every replay run, value = workload: at most one replay per workload runs at a time.
+REPLAY_TAG = REPLAY_RUN_TAG
+#: When the schedule runs once it is switched on.
+REPLAY_CRON = "0 * * * *"
+
+
+class ReplayConfig(Config):
+    """Run config of a replay: ``{"ops": {"replay": {"config": {...}}}}``."""
+
+    limit: int | None = Field(default=None, ge=1, description="Handle at most this many.")
+    max_replays: int | None = Field(
+        default=None, ge=1, description="Overrides the spec's dead_letter.max_replays."
+    )
+
+
+def replayable(spec: WorkloadSpec) -> str | None:
+    """Why ``spec``'s dead letters cannot be replayed, or None when they can."""
+    if not isinstance(spec.source, KafkaSourceSpec):
+        return "it reads Pulsar: replay reads Kafka dead-letter topics only"
+    if spec.dead_letter is None:
+        return "its spec sets no dead_letter topic"
+    return None
+
+
+@op(description="Republishes the workload's (partition key) dead letters to their source topic.")
+def replay(context: OpExecutionContext, config: ReplayConfig) -> None:
+    name = context.partition_key
+    path, spec = find_workload(workloads_dir(), name)
+    dead_letter, source = spec.dead_letter, spec.source
+    if not isinstance(source, KafkaSourceSpec) or dead_letter is None:
+        raise Failure(f"workload {name!r} ({path}): nothing to replay: {replayable(spec)}")
+    target = source.topics[0] if len(source.topics) == 1 else None
+    max_replays = config.max_replays or dead_letter.max_replays
+    context.log.info(
+        f"replaying dead letters of {name} from {dead_letter.topic} to "
+        f"{target or 'each one source topic'} (max_replays {max_replays})"
+    )
+    try:
+        summary = replay_dead_letters(
+            source.bootstrap_servers,
+            dead_letter.topic,
+            name,
+            target,
+            limit=config.limit,
+            max_replays=max_replays,
+            client_config=replay_client_config(spec),
+        )
+    except LanehouseError as exc:
+        raise Failure(f"replay of {name} failed: {exc}") from exc
+    context.log.info(
+        f"replayed {summary.replayed}; exhausted {summary.exhausted} (replayed {max_replays} "
+        f"times already, left in {dead_letter.topic}); skipped {summary.skipped_other_workloads} "
+        f"of other workloads, {summary.malformed} unreadable"
+    )
+
+
+@job(
+    name=REPLAY_JOB_NAME,
+    partitions_def=WORKLOAD_PARTITIONS,
+    executor_def=in_process_executor,
+    description="Replays one workload's (partition) dead letters once; see dead_letter_replay.",
+)
+def replay_job() -> None:
+    replay()
+
+
+@schedule(
+    name="dead_letter_replay",
+    cron_schedule=REPLAY_CRON,
+    job=replay_job,
+    default_status=DefaultScheduleStatus.STOPPED,
+    description="Hourly once switched on: replays the dead letters of every enabled Kafka "
+    "workload whose spec sets dead_letter.scheduled_replay: true.",
+)
+def dead_letter_replay_schedule(
+    context: ScheduleEvaluationContext,
+) -> list[RunRequest] | SkipReason:
+    registry = read_registry(workloads_dir())
+    registered = set(context.instance.get_dynamic_partitions(WORKLOAD_PARTITIONS.name or ""))
+    at = context.scheduled_execution_time or datetime.now()
+    requests = []
+    for entry in registry.workloads.values():
+        spec = entry.spec
+        wanted = spec.enabled and spec.dead_letter is not None and spec.dead_letter.scheduled_replay
+        if not wanted or spec.name not in registered or replayable(spec) is not None:
+            continue
+        tags = {WORKLOAD_TAG: spec.name, REPLAY_TAG: spec.name}
+        requests.append(
+            RunRequest(run_key=f"{spec.name}:{at.isoformat()}", partition_key=spec.name, tags=tags)
+        )
+    if not requests:
+        return SkipReason(
+            "no enabled Kafka workload (registered by the discovery sensor) sets "
+            "dead_letter.scheduled_replay: true"
+        )
+    return requests
