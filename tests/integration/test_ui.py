@@ -124,10 +124,25 @@ def test_terminate_from_the_ui_then_relaunch_resumes(tmp_path: Path, page: objec
         )
         relaunched = up.started()["clickstream"]
         assert relaunched != run_id
-        # It resumes from the committed offsets (the group's position only moves forward) and
-        # goes on committing what the producer keeps writing.
-        assert committed(up) >= at_cancel
-        wait_until(lambda: committed(up) > at_cancel, timeout=90, interval=1)
+        # It resumes from the committed offsets. Its first progress report says how many records
+        # it has handled; resumed, the group's position reaches at_cancel + that within a commit
+        # or two. Started over from offset 0, the position would need at_cancel more records
+        # (minutes of producing) to get there.
+        def first_report() -> int | None:
+            workload = up.workloads()["clickstream"]
+            if workload["run"]["run_id"] != relaunched or not workload["progress"]:
+                return None
+            return int(sum(p["records_completed"] for p in workload["progress"]))
+
+        wait_until(lambda: first_report() is not None, timeout=90, interval=2)
+        handled = first_report() or 0
+        assert handled > 0
+        wait_until(
+            lambda: committed(up) >= at_cancel + handled,
+            timeout=20,
+            interval=0.5,
+            message=f"position {at_cancel} + {handled} handled by the relaunched run",
+        )
         page.goto(f"{url}/runs/{relaunched}")
         expect(page.get_by_text("Started").first).to_be_visible(timeout=30_000)
         page.screenshot(path=ARTIFACTS / "5-relaunched.png")
