@@ -1,0 +1,158 @@
+"""The landing sink: records buffered into Parquet files, completed only once a file is durable.
+
+    add(record) ─► buffer of (day, topic, partition) ─► flush when the buffer holds flush_rows,
+                   when its oldest row waited flush_interval, on revoke of its partition, on
+                   shutdown ─► write_landed() in a worker thread ─► every record's callback
+                   (on the loop) ─► the engine completes its offset
+
+One buffer per (day, topic, partition): a file then holds one partition's records of one day,
+named by its first offset (:mod:`consumers.landing_files`). A failed write is retried after a
+backoff with the same rows into the same name; the records stay uncommitted meanwhile.
+
+Runs on the engine's loop; file writes run in threads (``asyncio.to_thread``), at most one per
+buffer at a time, so the loop never waits on a disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+from consumers.clock import Clock
+from consumers.landing_files import LandedRow, SourceIdentity, landed_path, write_landed
+
+__all__ = ["LandingSettings", "LandingSink"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds before a failed file write is tried again.
+RETRY_SECONDS = 1.0
+Done = Callable[[str | None], None]
+
+
+@dataclass(frozen=True)
+class LandingSettings:
+    lake: Path
+    dataset: str
+    workload: str
+    spec_hash: str
+    flush_rows: int = 50_000
+    flush_interval: float = 60.0
+
+
+@dataclass
+class _Buffer:
+    day: date
+    source: SourceIdentity
+    partition: int
+    started: float
+    rows: list[LandedRow] = field(default_factory=list)
+    callbacks: list[Done] = field(default_factory=list)
+
+
+class LandingSink:
+    """Buffers rows per (day, topic, partition) and lands them; see the module docstring."""
+
+    def __init__(self, settings: LandingSettings, clock: Clock) -> None:
+        self.settings = settings
+        self._clock = clock
+        self._buffers: dict[tuple[date, str, int], _Buffer] = {}
+        self._writes: set[asyncio.Task[None]] = set()
+        self._timer: asyncio.Task[None] | None = None
+        #: Files landed and rows in them, for metrics and the run's reports.
+        self.files_landed = 0
+        self.rows_landed = 0
+
+    def add(self, source: SourceIdentity, row: LandedRow, done: Done) -> None:
+        """Buffer one record; ``done(None)`` once it is in a renamed file."""
+        day = datetime.fromtimestamp(row.timestamp_ms / 1000, tz=UTC).date()
+        key = (day, source.topic, row.partition)
+        buffer = self._buffers.get(key)
+        if buffer is None:
+            buffer = self._buffers[key] = _Buffer(day, source, row.partition, self._clock.now())
+            self._arm()
+        buffer.rows.append(row)
+        buffer.callbacks.append(done)
+        if len(buffer.rows) >= self.settings.flush_rows:
+            self._flush(key)
+
+    def flush_partition(self, topic: str, partition: int) -> None:
+        """Land what is buffered for a partition (before it is revoked)."""
+        for key in [k for k in self._buffers if k[1] == topic and k[2] == partition]:
+            self._flush(key)
+
+    async def close(self) -> None:
+        """Land everything buffered and wait for all writes (on shutdown)."""
+        for key in list(self._buffers):
+            self._flush(key)
+        if self._timer is not None:
+            self._timer.cancel()
+        while self._writes:
+            await asyncio.gather(*list(self._writes), return_exceptions=True)
+
+    @property
+    def buffered(self) -> int:
+        return sum(len(b.rows) for b in self._buffers.values())
+
+    # ---------------------------------------------------------------- internals
+
+    def _arm(self) -> None:
+        if self._timer is None or self._timer.done():
+            self._timer = asyncio.ensure_future(self._flush_when_due())
+
+    async def _flush_when_due(self) -> None:
+        interval = self.settings.flush_interval
+        while self._buffers:
+            oldest = min(b.started for b in self._buffers.values())
+            wait = oldest + interval - self._clock.now()
+            if wait > 0:
+                await self._clock.sleep(wait)
+                continue
+            now = self._clock.now()
+            for key, buffer in list(self._buffers.items()):
+                if now - buffer.started >= interval:
+                    self._flush(key)
+
+    def _flush(self, key: tuple[date, str, int]) -> None:
+        buffer = self._buffers.pop(key)
+        task = asyncio.ensure_future(self._land(buffer))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    async def _land(self, buffer: _Buffer) -> None:
+        settings = self.settings
+        first = min(row.offset for row in buffer.rows)
+        path = landed_path(
+            settings.lake, settings.dataset, buffer.day, buffer.source, buffer.partition, first
+        )
+        while True:
+            try:
+                await asyncio.to_thread(
+                    write_landed,
+                    path,
+                    buffer.source,
+                    buffer.rows,
+                    int(time.time() * 1000),
+                    settings.workload,
+                    settings.spec_hash,
+                )
+                break
+            except Exception as exc:  # disk full, permissions: the records wait, uncommitted
+                log.warning(
+                    "workload %s: landing %d rows to %s failed (%s); retrying in %.0f s",
+                    settings.workload,
+                    len(buffer.rows),
+                    path,
+                    exc,
+                    RETRY_SECONDS,
+                )
+                await self._clock.sleep(RETRY_SECONDS)
+        self.files_landed += 1
+        self.rows_landed += len(buffer.rows)
+        for done in buffer.callbacks:
+            done(None)

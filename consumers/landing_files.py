@@ -1,0 +1,167 @@
+"""Landed files: where a batch of records goes on disk, and how it gets there durably.
+
+Layout (Hive-style, so Spark discovers ``event_date`` as a partition column)::
+
+    <lake>/landed/<dataset>/event_date=<YYYY-MM-DD>/<source>-p<partition>-o<first offset>.parquet
+
+``<source>`` is the topic name made path-safe plus a short hash of (cluster, topic, topic id): a
+topic deleted and recreated under the same name has a new topic id, so its files (whose offsets
+restart at 0) never overwrite the old ones, and Spark's deduplication on the lineage key (which
+includes ``_topic_id``) never confuses them.
+
+Why the first offset names the file: after a crash the engine re-reads a partition from its
+committed position, which is the first offset of the first file whose records were not yet
+committed. The replay writes a file of that very name, replacing the one written before the crash
+instead of adding a second copy. :func:`clear_from` removes the partition's files above the
+position before the replay starts, since the replay may cut its batches elsewhere.
+
+Durability: each file is written to a temporary name in the same directory, flushed and fsynced,
+renamed over the final name, and the directory is fsynced; only then does the caller complete the
+records' offsets. A crash leaves either the old file, the new one, or a ``.tmp`` that readers skip
+(Spark ignores names starting with ``.``) and the next write of that name replaces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Final
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+__all__ = [
+    "LANDED_ARROW_SCHEMA",
+    "LandedRow",
+    "SourceIdentity",
+    "clear_from",
+    "landed_path",
+    "write_landed",
+]
+
+#: The columns of every landed file; ``event_date`` comes from the directory.
+LANDED_ARROW_SCHEMA: Final = pa.schema(
+    [
+        ("value", pa.binary()),
+        ("_source_kind", pa.string()),
+        ("_cluster", pa.string()),
+        ("_topic", pa.string()),
+        ("_topic_id", pa.string()),
+        ("_partition", pa.int32()),
+        ("_offset", pa.int64()),
+        ("_key", pa.binary()),
+        ("_timestamp", pa.timestamp("ms", tz="UTC")),
+        ("_landed_at", pa.timestamp("ms", tz="UTC")),
+        ("_workload", pa.string()),
+        ("_spec_hash", pa.string()),
+    ]
+)
+_UNSAFE: Final = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+@dataclass(frozen=True)
+class SourceIdentity:
+    """Which incarnation of which topic on which cluster the records come from."""
+
+    kind: str
+    #: Bootstrap servers or service URL, never with credentials.
+    cluster: str
+    topic: str
+    #: The broker's id of this incarnation of the topic ("" when the broker has none).
+    topic_id: str
+
+    def file_prefix(self) -> str:
+        digest = hashlib.blake2b(
+            f"{self.kind}\0{self.cluster}\0{self.topic}\0{self.topic_id}".encode(), digest_size=4
+        ).hexdigest()
+        return f"{_UNSAFE.sub('_', self.topic)[:80]}~{digest}"
+
+
+@dataclass(frozen=True)
+class LandedRow:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    #: Record time, epoch milliseconds.
+    timestamp_ms: int
+
+
+def landed_path(
+    lake: Path, dataset: str, day: date, source: SourceIdentity, partition: int, first: int
+) -> Path:
+    name = f"{source.file_prefix()}-p{partition}-o{first}.parquet"
+    return lake / "landed" / dataset / f"event_date={day.isoformat()}" / name
+
+
+def write_landed(
+    path: Path,
+    source: SourceIdentity,
+    rows: Sequence[LandedRow],
+    landed_at_ms: int,
+    workload: str,
+    spec_hash: str,
+) -> None:
+    """Write ``rows`` to ``path`` atomically and durably (see the module docstring)."""
+    if not rows:
+        raise ValueError("write_landed: no rows")
+    count = len(rows)
+    table = pa.table(
+        {
+            "value": [r.value for r in rows],
+            "_source_kind": [source.kind] * count,
+            "_cluster": [source.cluster] * count,
+            "_topic": [source.topic] * count,
+            "_topic_id": [source.topic_id] * count,
+            "_partition": [r.partition for r in rows],
+            "_offset": [r.offset for r in rows],
+            "_key": [r.key for r in rows],
+            "_timestamp": [r.timestamp_ms for r in rows],
+            "_landed_at": [landed_at_ms] * count,
+            "_workload": [workload] * count,
+            "_spec_hash": [spec_hash] * count,
+        },
+        schema=LANDED_ARROW_SCHEMA,
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    with temporary.open("wb") as sink:
+        pq.write_table(table, sink, compression="zstd")
+        sink.flush()
+        os.fsync(sink.fileno())
+    os.replace(temporary, path)
+    _fsync_dir(path.parent)
+
+
+def clear_from(
+    lake: Path, dataset: str, source: SourceIdentity, partition: int, position: int
+) -> int:
+    """Delete the partition's landed files starting at ``position`` or later; return how many.
+
+    Called when the engine starts (re)reading a partition at ``position``: every record from
+    there on will be landed again, possibly cut into different files.
+    """
+    root = lake / "landed" / dataset
+    if not root.is_dir():
+        return 0
+    pattern = re.compile(re.escape(f"{source.file_prefix()}-p{partition}-o") + r"(\d+)\.parquet")
+    removed = 0
+    for path in root.glob(f"event_date=*/{source.file_prefix()}-p{partition}-o*.parquet"):
+        match = pattern.fullmatch(path.name)
+        if match is not None and int(match.group(1)) >= position:
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
