@@ -124,6 +124,7 @@ def test_terminate_from_the_ui_then_relaunch_resumes(tmp_path: Path, page: objec
         )
         relaunched = up.started()["clickstream"]
         assert relaunched != run_id
+
         # It resumes from the committed offsets. Its first progress report says how many records
         # it has handled; resumed, the group's position reaches at_cancel + that within a commit
         # or two. Started over from offset 0, the position would need at_cancel more records
