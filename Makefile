@@ -17,11 +17,14 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install -c constraints.txt -e '.[dev]'
 	touch $@
 
-# The UI test drives Debian's chromium (playwright's own browser download does not work here).
+# The UI test drives Debian's chromium (playwright's own browser download does not work here);
+# Spark needs a Java runtime (17 or newer).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq
 system:
-	command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
-	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(APT_INSTALL) chromium; }
+	command -v java >/dev/null || { $(SUDO) apt-get update -qq && \
+	  $(APT_INSTALL) default-jre-headless; }
 
 test: $(STAMP) system
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -8,14 +8,16 @@ import sys
 import pytest
 
 import consumers
+import spark_jobs
 
 pytestmark = pytest.mark.unit
 
 
-def test_all_is_sorted_and_every_name_exists() -> None:
-    assert consumers.__all__ == sorted(consumers.__all__)
-    missing = [name for name in consumers.__all__ if not hasattr(consumers, name)]
-    assert missing == []
+@pytest.mark.parametrize("package", [consumers, spark_jobs], ids=lambda p: p.__name__)
+def test_all_is_sorted_and_every_name_exists(package: object) -> None:
+    names = package.__all__  # type: ignore[attr-defined]
+    assert names == sorted(names)
+    assert [name for name in names if not hasattr(package, name)] == []
 
 
 def test_engine_does_not_import_dagster_or_spark() -> None:
