@@ -11,12 +11,14 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.testing import assertSchemaEqual
 
+from consumers.landing_files import LandedRow, SourceIdentity, landed_path, write_landed
 from orchestration import demo_events
 from orchestration.demo_events import DemoRecord, Stream, expected_per_day, generate
 from spark_jobs import (
@@ -501,3 +503,35 @@ def _session(user: str, day: date, purchases: int) -> Row:
         purchases=purchases,
         duration_seconds=0.0,
     )
+
+
+def test_files_the_landing_sink_writes_read_back_as_the_landed_schema(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The sink's Parquet files and ``LANDED_SCHEMA`` agree: Spark reads them with the schema
+    (``event_date`` from the directory) and cleaning reconciles with what was written."""
+    records = [r for r in generate([date(2026, 11, 19), date(2026, 11, 20)], users=5, seed=3)]
+    clicks = [r for r in records if r.stream == "clicks"]
+    source = SourceIdentity("kafka", "127.0.0.1:9092", "clicks", "topic-id-1")
+    by_day: dict[date, list[LandedRow]] = {}
+    for offset, record in enumerate(clicks):
+        row = LandedRow(0, offset, record.key, record.value, record.timestamp_ms)
+        by_day.setdefault(record.day, []).append(row)
+    for day, rows in by_day.items():
+        path = landed_path(tmp_path, "clickstream", day, source, 0, rows[0].offset)
+        write_landed(path, source, rows, 1_795_000_000_000, "clickstream", "hash-1")
+    landed = (
+        spark.read.schema(LANDED_SCHEMA)
+        .option("basePath", str(tmp_path / "landed" / "clickstream"))
+        .parquet(str(tmp_path / "landed" / "clickstream" / "event_date=*"))
+    )
+    assert landed.count() == len(clicks)
+    result = clean_clicks(landed)
+    counts = {r["event_date"]: r.asDict() for r in reconcile(landed, result).collect()}
+    expected = expected_per_day(clicks)
+    for day, row in counts.items():
+        assert row["unaccounted"] == 0
+        assert row["landed"] == expected[day]["clicks_produced"]
+        assert row["clean"] == expected[day]["clicks_valid"]
+    back = result.clean.select("_topic_id", "_partition", "_offset").first()
+    assert back is not None and back["_topic_id"] == "topic-id-1"
