@@ -113,6 +113,13 @@ class World:
     def active(self, name: str) -> list[RunInfo]:
         return [r for r in self.runs.values() if r.workload == name and r.active]
 
+    def running(self, reg: Registry, name: str = "orders") -> str:
+        """Launch ``name`` and let its run start; its run id."""
+        self.tick(reg)
+        self.start_all()
+        self.tick(reg)
+        return self.latest(name).run_id
+
     def start_all(self) -> None:
         for run in list(self.runs.values()):
             if run.status in (S.QUEUED, S.STARTING):
@@ -341,10 +348,7 @@ def silence(world: World, reg: Registry, run_id: str) -> Decision:
 
 def test_a_run_killed_outright_is_marked_failed_and_restarted_with_backoff() -> None:
     world, reg = World(), registry(workload("orders"))
-    world.tick(reg)
-    world.start_all()
-    world.tick(reg)
-    killed = world.latest("orders").run_id
+    killed = world.running(reg)
     gone = silence(world, reg, killed)
     (abandon,) = gone.abandons
     assert (abandon.run_id, abandon.status) == (killed, S.FAILURE)
@@ -358,9 +362,7 @@ def test_a_run_killed_outright_is_marked_failed_and_restarted_with_backoff() -> 
 
 def test_a_run_killed_while_draining_for_a_spec_change_lets_the_new_spec_start() -> None:
     world = World()
-    world.tick(registry(workload("orders")))
-    world.start_all()
-    world.tick(registry(workload("orders")))
+    world.running(registry(workload("orders")))
     changed = registry(workload("orders", concurrency=7))
     (cancel,) = world.tick(changed).cancels
     gone = silence(world, changed, cancel.run_id)
@@ -371,10 +373,7 @@ def test_a_run_killed_while_draining_for_a_spec_change_lets_the_new_spec_start()
 
 def test_a_run_killed_while_a_person_terminated_it_stays_stopped() -> None:
     world, reg = World(), registry(workload("orders"))
-    world.tick(reg)
-    world.start_all()
-    world.tick(reg)
-    run_id = world.latest("orders").run_id
+    run_id = world.running(reg)
     world.set(run_id, S.CANCELING)  # terminate in the UI; the worker dies while draining
     gone = silence(world, reg, run_id)
     assert (gone.launches, gone.abandons[0].status) == ((), S.CANCELED)
