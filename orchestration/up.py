@@ -205,10 +205,17 @@ class Platform:
             {"s": _SENSOR_SELECTOR},
         )
         sensor_id = data.get("sensorOrError", {}).get("id")
-        if sensor_id:
-            self.graphql(
-                "mutation($id: String!) { stopSensor(id: $id) { __typename } }", {"id": sensor_id}
-            )
+        if not sensor_id:
+            # The code location is down: the sensor cannot tick either, and the runs stopped
+            # next are tagged as stopped by the platform, so it starts them again next time.
+            self.say("could not stop the discovery sensor (code location not loaded); going on")
+            return
+        result = self.graphql(
+            "mutation($id: String!) { stopSensor(id: $id) { __typename } }", {"id": sensor_id}
+        )
+        kind = result.get("stopSensor", {}).get("__typename")
+        if kind != "StopSensorMutationResult":
+            self.say(f"could not stop the discovery sensor ({kind}); going on")
 
     def consumer_runs(self, statuses: tuple[str, ...] = ACTIVE_STATUSES) -> list[str]:
         data = self.graphql(
