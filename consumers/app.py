@@ -82,10 +82,13 @@ class ConsumerApp:
         #: Live tap of handled records (served by ``consumers.http``).
         self.tap = Tap()
         self._stop: asyncio.Event | None = None
+        self._stop_requested = False
         self._signals = 0
 
     def request_stop(self) -> None:
-        """Ask for a graceful stop (safe from the loop thread only)."""
+        """Ask for a graceful stop (safe from the loop thread only); a request made before
+        :meth:`run` started is honoured as soon as it starts."""
+        self._stop_requested = True
         if self._stop is not None:
             self._stop.set()
 
@@ -94,6 +97,8 @@ class ConsumerApp:
     ) -> list[WorkloadSummary]:
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        if self._stop_requested:
+            self._stop.set()
         if install_signal_handlers:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, self._on_signal)

@@ -46,6 +46,11 @@ class ManualClock:
         heapq.heappush(self._sleepers, (self._now + seconds, next(self._seq), fut))
         await fut
 
+    @property
+    def sleeping(self) -> int:
+        """Sleepers not woken yet: a test waits for a timer to be armed before advancing."""
+        return sum(not fut.done() for _, _, fut in self._sleepers)
+
     def advance(self, seconds: float) -> None:
         """Move time forward and wake every sleeper whose deadline has passed."""
         self._now += seconds

@@ -71,9 +71,6 @@ class RunnerSettings:
 class WorkloadRunner:
     """Runs one workload's records through lanes and permits; see the module docstring."""
 
-    #: Handled records reach ``app.tap`` (tests/integration/test_http.py checks this).
-    publishes_tap = True
-
     def __init__(
         self,
         settings: RunnerSettings,

@@ -350,9 +350,6 @@ async def serve(
         if not trapped:
             context.log.warning("op off the main thread: no signals; stopping on the run status")
         engine = asyncio.ensure_future(app.run())
-        await asyncio.sleep(0)  # app.run() creates its stop event in its first step
-        if stop.requested:
-            app.request_stop()
         helpers = [
             asyncio.ensure_future(beat(context, reporter.workload)),
             asyncio.ensure_future(reporter.every(every)),

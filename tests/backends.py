@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import pulsar
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from consumers.app import ConsumerApp, WorkloadSummary
 from consumers.backends.kafka import committed_offsets, kafka_consumer_factory, log_end_offsets
@@ -190,9 +190,14 @@ class TansuBackend:
             consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
             at_eof: set[int] = set()
             deadline = time.monotonic() + 30
-            while len(at_eof) < partitions and time.monotonic() < deadline:
+            while len(at_eof) < partitions:
+                assert time.monotonic() < deadline, f"{topic} not read to its end within 30 s"
                 for m in consumer.consume(10_000, 0.2):
-                    if m.error() is None:
+                    error = m.error()
+                    if error is not None:
+                        assert error.code() == KafkaError._PARTITION_EOF, error
+                        at_eof.add(m.partition())
+                    else:
                         out[m.partition()].append(
                             Stored(
                                 m.partition(),
@@ -202,8 +207,6 @@ class TansuBackend:
                                 dict(m.headers() or []),
                             )
                         )
-                    else:
-                        at_eof.add(m.partition())
             return out
         finally:
             consumer.close()
@@ -271,11 +274,17 @@ class PulsarBackend:
     def factory(self, group: str, **consumer_options: object) -> ConsumerFactory:
         return pulsar_consumer_factory(self.settings(group, **consumer_options))
 
+    def produced_indices(self, topic: str, keys: list[MessageKey]) -> list[int]:
+        """Which of the produced messages (0, 1, ... in produce order) ``keys`` are, sorted;
+        keys of messages this backend did not produce (markers) are left out."""
+        produced = self._produced.get(topic, {})
+        return sorted(produced[key] for key in keys if key in produced)
+
     def committed(self, group: str, topic: str, partitions: int) -> dict[int, int]:
         """The produced index of the first message ``group`` has not acknowledged (the Kafka
         shape); run only while the engine's consumer is closed."""
         produced = self._produced.get(topic, {})
-        unacked = [produced[i] for i in unacknowledged(self.broker, group, topic) if i in produced]
+        unacked = self.produced_indices(topic, unacknowledged(self.broker, group, topic))
         first = min(unacked, default=len(produced))
         return {p: (first if p == 0 else 0) for p in range(partitions)}
 
@@ -302,7 +311,8 @@ class PulsarBackend:
             offset = 0
             at_end = end[1] < 0
             deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
+            while True:
+                assert time.monotonic() < deadline, f"{topic} not read to its end within 30 s"
                 try:  # the rest of the last entry's batch is already in the client's queue
                     msg = consumer.receive(200 if at_end else 5000)
                 except pulsar.Timeout:

@@ -23,7 +23,7 @@ from orchestration.dead_letter_replay import (
 )
 from orchestration.instance import instance_config
 from orchestration.workloads import WORKLOAD_PARTITIONS
-from tests.integration.test_dead_letters import Dead, read_all, spec_text, write
+from tests.integration.dead_letters import Dead, read_all, spec_text, write
 
 pytestmark = pytest.mark.integration
 

@@ -2,110 +2,37 @@
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from typer.testing import CliRunner
 
 from consumers.backends.kafka import committed_offsets
-from consumers.dead_letter_headers import HEADER_REPLAY_COUNT, encode_dead_letter_headers
+from consumers.dead_letter_headers import HEADER_REPLAY_COUNT
 from consumers.dead_letters import list_dead_letters, replay_dead_letters, replay_group
-from consumers.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
+from consumers.embedded.tansu import TansuBroker
 from consumers.errors import BrokerError
-from consumers.spec import WorkloadSpec
 from orchestration.cli import app
+from tests.integration.dead_letters import (
+    CLIENT,
+    HOUR_MS,
+    Dead,
+    now_ms,
+    read_all,
+    spec_text,
+    write,
+)
 
 pytestmark = pytest.mark.integration
 
-CLIENT = dict(TEST_CLIENT_CONFIG)
-NOW_MS = time.time_ns() // 1_000_000
-HOUR_MS = 3_600_000
 ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
 
 
-@dataclass(frozen=True)
-class Dead:
-    """One dead letter to write: the failed record and where it came from."""
-
-    workload: str
-    key: bytes | None
-    value: bytes | None
-    source_topic: str
-    source_partition: int = 0
-    source_offset: int = 0
-    headers: tuple[tuple[str, bytes], ...] = ()
-    last_failure_ms: int = NOW_MS
-    dlq_partition: int = 0
-
-
-def write(bootstrap: str, dlq: str, letters: list[Dead], raw: tuple[bytes, ...] = ()) -> None:
-    """Write dead letters as the engine does (plus ``raw`` records without any headers)."""
-    failures: list[KafkaError] = []
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "on_delivery": lambda err, _msg: failures.append(err) if err else None,
-        }
-    )
-    for d in letters:
-        headers = encode_dead_letter_headers(
-            list(d.headers),
-            workload=d.workload,
-            source_topic=d.source_topic,
-            source_partition=d.source_partition,
-            source_offset=d.source_offset,
-            attempts=3,
-            error_type="ValueError",
-            error_message=f"bad record {d.key!r}",
-            first_failure_ms=d.last_failure_ms - 1000,
-            last_failure_ms=d.last_failure_ms,
-        )
-        producer.produce(dlq, d.value, d.key, partition=d.dlq_partition, headers=headers)
-    for value in raw:
-        producer.produce(dlq, value, b"raw", partition=0)
-    assert producer.flush(10) == 0 and not failures, failures
-
-
-def read_all(bootstrap: str, topic: str, partitions: int) -> list[tuple[Any, ...]]:
-    """Every record of ``topic`` as (partition, key, value, headers), by partition then offset."""
-    consumer = Consumer(
-        {
-            **CLIENT,
-            "bootstrap.servers": bootstrap,
-            "group.id": "test-reader",
-            "enable.partition.eof": True,
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.list_topics(timeout=10)  # metadata first: the first fetch then starts at once
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    records, at_end = [], set()
-    deadline = time.monotonic() + 20
-    try:
-        while len(at_end) < partitions:
-            assert time.monotonic() < deadline, f"{topic} not read to its end"
-            for msg in consumer.consume(1000, 0.1):
-                err = msg.error()
-                if err is not None:
-                    assert err.code() == KafkaError._PARTITION_EOF, err
-                    at_end.add(msg.partition())
-                else:
-                    records.append(
-                        (msg.partition(), msg.offset(), msg.key(), msg.value(), msg.headers())
-                    )
-    finally:
-        consumer.close()
-    return [(p, k, v, h) for p, _, k, v, h in sorted(records, key=lambda r: r[:2])]
-
-
 def test_list_filters_by_workload_and_since(kafka_broker: TansuBroker, topic_factory) -> None:
+    now = now_ms()
     bootstrap = kafka_broker.bootstrap
     dlq = topic_factory(2)
-    old, new = NOW_MS - 2 * HOUR_MS, NOW_MS - 60_000
+    old, new = now - 2 * HOUR_MS, now - 60_000
     write(
         bootstrap,
         dlq,
@@ -141,7 +68,7 @@ def test_list_filters_by_workload_and_since(kafka_broker: TansuBroker, topic_fac
     assert first.info.original_headers == (("trace", b"t1"),)
     assert first.timestamp_ms is not None
 
-    recent = list_dead_letters(bootstrap, dlq, "orders", since_ms=NOW_MS - HOUR_MS)
+    recent = list_dead_letters(bootstrap, dlq, "orders", since_ms=now - HOUR_MS)
     assert [e.key for e in recent] == [b"o2", b"o4"]
     assert [e.key for e in list_dead_letters(bootstrap, dlq, "orders", limit=3)] == [
         b"o2",
@@ -212,6 +139,7 @@ def test_replay_republishes_this_workloads_letters_once(
 
 
 def test_replay_guard_limit_and_since(kafka_broker: TansuBroker, topic_factory) -> None:
+    now = now_ms()
     bootstrap = kafka_broker.bootstrap
     dlq, target = topic_factory(1), topic_factory(1)
     count = HEADER_REPLAY_COUNT
@@ -219,14 +147,14 @@ def test_replay_guard_limit_and_since(kafka_broker: TansuBroker, topic_factory) 
         bootstrap,
         dlq,
         [
-            Dead("orders", b"old", b"v0", target, last_failure_ms=NOW_MS - 3 * HOUR_MS),
+            Dead("orders", b"old", b"v0", target, last_failure_ms=now - 3 * HOUR_MS),
             Dead("orders", b"tired", b"v1", target, 0, 1, (("trace", b"t"), (count, b"3"))),
             Dead("orders", b"twice", b"v2", target, 0, 2, ((count, b"2"),)),
             Dead("orders", b"fresh", b"v3", target, 0, 3),
         ],
     )
 
-    since = NOW_MS - HOUR_MS
+    since = now - HOUR_MS
     first = replay_dead_letters(
         bootstrap, dlq, "orders", target, limit=2, since_ms=since, client_config=CLIENT
     )
@@ -281,23 +209,8 @@ def test_missing_topics_are_clear_errors(kafka_broker: TansuBroker, topic_factor
         replay_dead_letters(kafka_broker.bootstrap, dlq, "orders", "no-such-target")
 
 
-def spec_text(bootstrap: str, name: str, source: str, dlq: str | None) -> str:
-    config = "".join(f"\n    {k}: {v}" for k, v in TEST_CLIENT_CONFIG.items())
-    dead_letter = f"dead_letter:\n  topic: {dlq}\n" if dlq else ""
-    return (
-        f"name: {name}\n"
-        f"source:\n  kind: kafka\n  bootstrap_servers: {bootstrap}\n  topics: [{source}]\n"
-        f"  config:{config}\n"
-        f"handler: consumers.examples:enrich\n{dead_letter}"
-    )
-
-
 def test_cli_list_and_replay(kafka_broker: TansuBroker, topic_factory, tmp_path: Path) -> None:
-    if "dead_letter" not in WorkloadSpec.model_fields:
-        pytest.skip(
-            "consumers.spec.WorkloadSpec has no dead_letter field yet: the dead-letters CLI "
-            "cannot resolve a dead-letter topic (add the field, then this test runs)"
-        )
+    now = now_ms()
     bootstrap = kafka_broker.bootstrap
     dlq, source = topic_factory(1), topic_factory(2)
     (tmp_path / "orders.yaml").write_text(spec_text(bootstrap, "orders", source, dlq))
@@ -306,7 +219,7 @@ def test_cli_list_and_replay(kafka_broker: TansuBroker, topic_factory, tmp_path:
         bootstrap,
         dlq,
         [
-            Dead("orders", b"o1", b"v1", source, 1, 7, last_failure_ms=NOW_MS - 2 * HOUR_MS),
+            Dead("orders", b"o1", b"v1", source, 1, 7, last_failure_ms=now - 2 * HOUR_MS),
             Dead("payments", b"p1", b"w1", "payments.in"),
             Dead("orders", b"o2", b"v2", source, 0, 8),
         ],

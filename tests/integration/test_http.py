@@ -38,11 +38,6 @@ Handler = Callable[[Record], Awaitable[None]]
 # ---------------------------------------------------------------------------------- helpers
 
 
-def engine_publishes(runner: object) -> bool:
-    """Whether the runner publishes to the tap itself (then the test handler must not)."""
-    return bool(getattr(runner, "publishes_tap", False) or getattr(runner, "_tap", None))
-
-
 def make_app(
     backend: MemoryBackend,
     topic: str,
@@ -51,31 +46,23 @@ def make_app(
     names: tuple[str, ...] = (NAME,),
     **settings: Any,
 ) -> ConsumerApp:
-    """An app whose handlers publish to ``app.tap`` unless the runner already does."""
+    """An app of ``names`` workloads on ``topic``, each running ``handler`` (default: nothing)."""
 
-    def tapped(name: str) -> Handler:
-        async def handle(rec: Record) -> None:
-            if handler is not None:
-                await handler(rec)
-            if not engine_publishes(app.runners.get(name)) and app.tap.active(name):
-                app.tap.publish(name, rec, "ok")
-
-        return handle
+    async def nothing(rec: Record) -> None:
+        return None
 
     defaults: dict[str, Any] = {"commit_interval": 0.05, "drain_timeout": 5.0}
     app = ConsumerApp(
         [
             Workload(
                 RunnerSettings(name=name, **{**defaults, **settings}),
-                tapped(name),
+                handler or nothing,
                 [topic],
                 backend.factory(group),
             )
             for name in names
         ]
     )
-    if not hasattr(app, "tap"):  # until ConsumerApp creates its own
-        app.tap = Tap()  # type: ignore[attr-defined]
     return app
 
 
@@ -89,7 +76,7 @@ def produce(backend: MemoryBackend, topic: str, count: int, keys: int = 50, pad:
 @contextlib.asynccontextmanager
 async def running(app: ConsumerApp) -> AsyncIterator[asyncio.Future[Any]]:
     task = asyncio.ensure_future(app.run())
-    await asyncio.sleep(0)  # let run() start, so request_stop() below reaches it
+    await until(lambda: len(app.runners) == len(app.workloads) or task.done())
     try:
         yield task
     finally:
@@ -226,6 +213,16 @@ def assert_well_formed(event: dict[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------------------------- routes
+
+
+async def test_a_stop_requested_before_run_starts_is_honoured() -> None:
+    backend = MemoryBackend()
+    topic = backend.make_topic(1)
+    produce(backend, topic, 10)
+    app = make_app(backend, topic, "g-early")
+    app.request_stop()
+    summaries = await asyncio.wait_for(app.run(), 30)
+    assert [summary.name for summary in summaries] == [NAME]
 
 
 async def test_metrics_and_healthz_before_and_after_assignment() -> None:

@@ -152,12 +152,9 @@ def test_commit_acknowledges_below_the_position_and_done_offsets_above(
         consumer.commit(offsets=[tp], asynchronous=False)
     finally:
         consumer.close()
-    values = [m.value() for m in received]
-    left = backend.read(topic, 1)[0]
-    by_value = {s.value: i for i, s in enumerate(left)}
+    assert [m.offset() for m in received] == list(range(10))
     unacked = unacknowledged(backend.broker, "g-holes", topic)
-    assert len(unacked) == 4
-    assert sorted(by_value[values[i]] for i in (4, 5, 7, 9)) == [4, 5, 7, 9]
+    assert backend.produced_indices(topic, unacked) == [4, 5, 7, 9]
 
 
 def test_backlog_estimate_counts_what_was_not_received_yet(backend: PulsarBackend) -> None:

@@ -529,6 +529,7 @@ def test_files_the_landing_sink_writes_read_back_as_the_landed_schema(
     result = clean_clicks(landed)
     counts = {r["event_date"]: r.asDict() for r in reconcile(landed, result).collect()}
     expected = expected_per_day(clicks)
+    assert set(counts) == set(by_day)
     for day, row in counts.items():
         assert row["unaccounted"] == 0
         assert row["landed"] == expected[day]["clicks_produced"]

@@ -13,6 +13,7 @@ import pytest
 from consumers.clock import ManualClock
 from consumers.landing import LandingSettings, LandingSink
 from consumers.landing_files import LandedRow, SourceIdentity, clear_from, landed_path
+from tests.backends import until
 
 pytestmark = pytest.mark.unit
 
@@ -60,8 +61,7 @@ async def test_a_full_buffer_lands_one_file_named_by_its_first_offset(tmp_path: 
     h = Harness(tmp_path, flush_rows=3)
     for offset in (7, 8):
         h.add(SOURCE, row(0, offset))
-    await asyncio.sleep(0)
-    assert (h.done, files(tmp_path)) == ([], [])
+    assert (h.sink._writes, h.sink.buffered) == (set(), 2)  # flushes start inside add()
     h.add(SOURCE, row(0, 9))
     await h.settle()
     path = landed_path(tmp_path, "clickstream", datetime(2026, 11, 20).date(), SOURCE, 0, 7)
@@ -93,12 +93,11 @@ async def test_the_interval_days_partitions_revoke_and_close_each_cut_files(
     h.add(SOURCE, row(0, 1))
     h.add(SOURCE, row(0, 2, DAY2))  # next day: its own file
     h.add(SOURCE, row(1, 5))
-    await asyncio.sleep(0)
+    await until(lambda: h.clock.sleeping == 1)  # the flush timer is armed
     h.clock.advance(59)
-    await asyncio.sleep(0)
-    assert h.done == []
+    assert h.clock.sleeping == 1 and h.sink.buffered == 3  # not due yet
     h.clock.advance(1)
-    await asyncio.sleep(0)
+    await until(lambda: h.sink.buffered == 0)
     await h.settle()
     assert sorted(h.done) == [(0, 1), (0, 2), (1, 5)]
     assert [Path(f).parent.name for f in files(tmp_path)] == [
