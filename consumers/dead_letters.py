@@ -55,6 +55,7 @@ from consumers.dead_letter_headers import (
     replay_headers,
 )
 from consumers.errors import BrokerError
+from consumers.producer import producer_properties
 from consumers.spec import WorkloadSpec
 
 __all__ = [
@@ -72,43 +73,6 @@ log = logging.getLogger(__name__)
 #: Records read (and, for replay, republished then committed) per batch.
 _BATCH: Final = 500
 _POLL: Final = 0.1  # seconds per consume() call
-
-#: librdkafka properties a producer does not know (it warns about each one). Workload client
-#: configs are consumer configs, so these are dropped before building the replay producer.
-_CONSUMER_ONLY: Final = frozenset(
-    {
-        "allow.auto.create.topics",
-        "auto.commit.enable",
-        "auto.commit.interval.ms",
-        "auto.offset.reset",
-        "check.crcs",
-        "consume.callback.max.messages",
-        "coordinator.query.interval.ms",
-        "enable.auto.commit",
-        "enable.auto.offset.store",
-        "enable.partition.eof",
-        "fetch.error.backoff.ms",
-        "fetch.max.bytes",
-        "fetch.message.max.bytes",
-        "fetch.min.bytes",
-        "fetch.queue.backoff.ms",
-        "fetch.wait.max.ms",
-        "group.id",
-        "group.instance.id",
-        "group.protocol",
-        "group.protocol.type",
-        "group.remote.assignor",
-        "heartbeat.interval.ms",
-        "isolation.level",
-        "max.partition.fetch.bytes",
-        "max.poll.interval.ms",
-        "offset.store.method",
-        "partition.assignment.strategy",
-        "queued.max.messages.kbytes",
-        "queued.min.messages",
-        "session.timeout.ms",
-    }
-)
 
 #: Reading to the end is a one-off: answer fast at the end of a partition instead of idling.
 _CONSUMER_DEFAULTS: Final[Mapping[str, Any]] = {
@@ -271,7 +235,7 @@ def replay_dead_letters(
     producer = Producer(
         {
             "linger.ms": 5,
-            **{k: v for k, v in (client_config or {}).items() if k not in _CONSUMER_ONLY},
+            **producer_properties(client_config or {}),
             "bootstrap.servers": bootstrap,
             "enable.idempotence": True,
             "acks": "all",

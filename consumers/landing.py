@@ -6,8 +6,9 @@
                    (on the loop) ─► the engine completes its offset
 
 One buffer per (day, topic, partition): a file then holds one partition's records of one day,
-named by its first offset (:mod:`consumers.landing_files`). A failed write is retried after a
-backoff with the same rows into the same name; the records stay uncommitted meanwhile.
+named by its first offset (:mod:`consumers.landing_files`). A write that fails with an
+``OSError`` (disk full, permissions) is retried after a backoff with the same rows into the same
+name, the records uncommitted meanwhile; any other error fails the records' callbacks.
 
 Runs on the engine's loop; file writes run in threads (``asyncio.to_thread``), at most one per
 buffer at a time, so the loop never waits on a disk.
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds before a failed file write is tried again.
 RETRY_SECONDS = 1.0
+_DAY_S = 86_400
+_DAY_MS = _DAY_S * 1000
 Done = Callable[[str | None], None]
 
 
@@ -61,7 +64,8 @@ class LandingSink:
     def __init__(self, settings: LandingSettings, clock: Clock) -> None:
         self.settings = settings
         self._clock = clock
-        self._buffers: dict[tuple[date, str, int], _Buffer] = {}
+        #: By (UTC day number, topic, partition).
+        self._buffers: dict[tuple[int, str, int], _Buffer] = {}
         self._writes: set[asyncio.Task[None]] = set()
         self._timer: asyncio.Task[None] | None = None
         #: Files landed and rows in them, for metrics and the run's reports.
@@ -70,10 +74,10 @@ class LandingSink:
 
     def add(self, source: SourceIdentity, row: LandedRow, done: Done) -> None:
         """Buffer one record; ``done(None)`` once it is in a renamed file."""
-        day = datetime.fromtimestamp(row.timestamp_ms / 1000, tz=UTC).date()
-        key = (day, source.topic, row.partition)
+        key = (row.timestamp_ms // _DAY_MS, source.topic, row.partition)
         buffer = self._buffers.get(key)
         if buffer is None:
+            day = datetime.fromtimestamp(key[0] * _DAY_S, tz=UTC).date()
             buffer = self._buffers[key] = _Buffer(day, source, row.partition, self._clock.now())
             self._arm()
         buffer.rows.append(row)
@@ -118,7 +122,7 @@ class LandingSink:
                 if now - buffer.started >= interval:
                     self._flush(key)
 
-    def _flush(self, key: tuple[date, str, int]) -> None:
+    def _flush(self, key: tuple[int, str, int]) -> None:
         buffer = self._buffers.pop(key)
         task = asyncio.ensure_future(self._land(buffer))
         self._writes.add(task)
@@ -142,7 +146,7 @@ class LandingSink:
                     settings.spec_hash,
                 )
                 break
-            except Exception as exc:  # disk full, permissions: the records wait, uncommitted
+            except OSError as exc:  # disk full, permissions: the records wait, uncommitted
                 log.warning(
                     "workload %s: landing %d rows to %s failed (%s); retrying in %.0f s",
                     settings.workload,
@@ -152,6 +156,11 @@ class LandingSink:
                     RETRY_SECONDS,
                 )
                 await self._clock.sleep(RETRY_SECONDS)
+            except Exception as exc:  # data the writer refuses: retrying would not help
+                log.exception("workload %s: landing to %s failed", settings.workload, path)
+                for done in buffer.callbacks:
+                    done(f"landing to {path} failed: {exc!r}")
+                return
         self.files_landed += 1
         self.rows_landed += len(buffer.rows)
         for done in buffer.callbacks:

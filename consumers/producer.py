@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, cast
 
@@ -22,25 +23,37 @@ from confluent_kafka import KafkaError, Producer
 log = logging.getLogger("lanehouse.producer")
 
 #: Client properties that only a consumer understands (a producer logs a warning for each).
-CONSUMER_ONLY = {
-    "group.id",
-    "group.instance.id",
-    "session.timeout.ms",
-    "heartbeat.interval.ms",
-    "max.poll.interval.ms",
-    "auto.offset.reset",
-    "enable.auto.commit",
-    "enable.auto.offset.store",
-    "auto.commit.interval.ms",
-    "partition.assignment.strategy",
-    "enable.partition.eof",
-    "isolation.level",
-    "check.crcs",
-    "group.protocol",
-}
+CONSUMER_ONLY = frozenset(
+    {
+        "auto.commit.enable",
+        "auto.commit.interval.ms",
+        "auto.offset.reset",
+        "check.crcs",
+        "consume.callback.max.messages",
+        "coordinator.query.interval.ms",
+        "enable.auto.commit",
+        "enable.auto.offset.store",
+        "enable.partition.eof",
+        "group.id",
+        "group.instance.id",
+        "group.protocol",
+        "group.protocol.type",
+        "group.remote.assignor",
+        "heartbeat.interval.ms",
+        "isolation.level",
+        "max.partition.fetch.bytes",
+        "max.poll.interval.ms",
+        "offset.store.method",
+        "partition.assignment.strategy",
+        "session.timeout.ms",
+    }
+)
 CONSUMER_ONLY_PREFIXES = ("fetch.", "queued.")
 
 Done = Callable[[str | None], None]
+Headers = list[tuple[str, bytes]] | None
+#: Seconds before records refused for a full client queue are handed over again.
+BACKLOG_RETRY_SECONDS = 0.005
 
 
 class ProducerLike(Protocol):
@@ -55,13 +68,19 @@ class ProducerLike(Protocol):
 ProducerFactory = Callable[[], ProducerLike]
 
 
-def kafka_producer_factory(client_config: Mapping[str, Any]) -> ProducerFactory:
-    """An idempotent producer (ordered, no duplicates on internal retries) for a workload."""
-    config = {
+def producer_properties(client_config: Mapping[str, Any]) -> dict[str, Any]:
+    """A consumer's client properties without the ones a producer does not know (it would warn
+    about each): the same security and connection settings reach the workload's producers."""
+    return {
         k: v
         for k, v in client_config.items()
         if k not in CONSUMER_ONLY and not k.startswith(CONSUMER_ONLY_PREFIXES)
     }
+
+
+def kafka_producer_factory(client_config: Mapping[str, Any]) -> ProducerFactory:
+    """An idempotent producer (ordered, no duplicates on internal retries) for a workload."""
+    config = producer_properties(client_config)
     config.update({"enable.idempotence": True, "linger.ms": 5})
     return lambda: cast(ProducerLike, Producer(config))
 
@@ -78,6 +97,9 @@ class AckedProducer:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name=f"lh-producer-{name}", daemon=True)
         self._thread.start()
+        self._backlog: deque[tuple[str, bytes | None, bytes | None, Headers, Done]] = deque()
+        self._closed = False
+        #: Sent and not yet acknowledged or failed, backlog included.
         self.in_flight = 0
 
     def send(
@@ -88,18 +110,38 @@ class AckedProducer:
         headers: list[tuple[str, bytes]] | None,
         on_done: Done,
     ) -> None:
-        """Queue one record; ``on_done(None)`` or ``on_done(error)`` later runs on the loop."""
-        loop = self._loop
+        """Queue one record; ``on_done(None)`` or ``on_done(error)`` later runs on the loop.
 
-        def delivered(err: KafkaError | None, _msg: object) -> None:
-            loop.call_soon_threadsafe(self._finish, on_done, None if err is None else str(err))
-
-        try:
-            self._client.produce(topic, value, key, headers=headers, on_delivery=delivered)
-        except BufferError:
-            loop.call_later(0.005, self.send, topic, key, value, headers, on_done)
-            return
+        Records reach the client in the order they were sent: while the client's queue is full
+        (``BufferError``) later sends wait behind the refused one in ``_backlog``, and they count
+        in ``in_flight`` from the start, so a drain or revoke waiting for it waits for them too.
+        A send the client refuses outright (too large, bad type) fails through ``on_done``.
+        """
         self.in_flight += 1
+        self._backlog.append((topic, key, value, headers, on_done))
+        if len(self._backlog) == 1:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        backlog, loop = self._backlog, self._loop
+        while backlog:
+            topic, key, value, headers, on_done = backlog[0]
+            if self._closed:
+                backlog.popleft()
+                self._finish(on_done, "the producer is closed")
+                continue
+
+            def delivered(err: KafkaError | None, _msg: object, on_done: Done = on_done) -> None:
+                loop.call_soon_threadsafe(self._finish, on_done, None if err is None else str(err))
+
+            try:
+                self._client.produce(topic, value, key, headers=headers, on_delivery=delivered)
+            except BufferError:
+                loop.call_later(BACKLOG_RETRY_SECONDS, self._hand_over)
+                return
+            except Exception as exc:  # refused for good: the caller's failure path decides
+                loop.call_soon(self._finish, on_done, f"{type(exc).__name__}: {exc}")
+            backlog.popleft()
 
     def _finish(self, on_done: Done, error: str | None) -> None:
         self.in_flight -= 1
@@ -111,6 +153,7 @@ class AckedProducer:
 
     def close(self, timeout: float = 10.0) -> None:
         """Wait for outstanding deliveries (their callbacks still reach the loop), then stop."""
+        self._closed = True
         remaining = self._client.flush(timeout)
         if remaining:
             log.warning("producer %s: %d records unacknowledged at close", self._name, remaining)

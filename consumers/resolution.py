@@ -138,12 +138,13 @@ class Resolver:
             else:
                 error = self._misuse(rec, f"returned {kind.__name__}, which is not an outcome")
         rec._attempts += 1
-        now_ms = int(time.time() * 1000)
-        failure = self._failures.get(rec)
-        if failure is None:
-            failure = self._failures[rec] = _Failure(now_ms, now_ms, error)
-        else:
-            failure.last_ms, failure.error = now_ms, error
+        if self.dead_letter is not None:  # only a dead letter's headers read the history
+            now_ms = int(time.time() * 1000)
+            failure = self._failures.get(rec)
+            if failure is None:
+                self._failures[rec] = _Failure(now_ms, now_ms, error)
+            else:
+                failure.last_ms, failure.error = now_ms, error
         if rec._attempts < self.retry.max_attempts:
             self._counters.retries += 1
             delay = (

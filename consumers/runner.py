@@ -190,6 +190,7 @@ class WorkloadRunner:
         """Stop intake and new work, wait for in-flight records, return final positions."""
         self._intake_open = False
         self._stopping = True
+        self._arrivals.set()  # wake batch workers that are gathering, so they leave now
         drained = await wait_for(
             self._clock, self._progress, lambda: not self._workers, self.settings.drain_timeout
         )
@@ -346,7 +347,8 @@ class WorkloadRunner:
                     ready.appendleft(lane)
                 else:
                     lane.ready = False
-                    del part.lanes[lane.lane_id]
+                    if part.lanes.get(lane.lane_id) is lane:  # a retry may have left it
+                        del part.lanes[lane.lane_id]
                 part.in_flight += 1
                 worker.record = rec
                 worker.started = clock.now()
@@ -398,6 +400,8 @@ class WorkloadRunner:
                         break
                     self._arrivals.clear()
                     await first_of(self._arrivals.wait(), clock.sleep(remaining))
+                if self.stopping:  # a drain began while gathering: no new batch starts
+                    break
                 batch = take_batch(ready, size)
                 if not batch:
                     continue
@@ -471,15 +475,19 @@ class WorkloadRunner:
     def _requeue(self, lane: Lane, rec: Record) -> None:
         """A retry is due: the record goes back to the front of its lane, the lane to the front
         of the ready queue (its key has waited long enough)."""
-        if lane.part.closing:
+        part = lane.part
+        if part.closing:
             return
+        current = part.lanes.setdefault(lane.lane_id, lane)
+        if current is not lane:
+            # Unordered: the lane emptied and went while the record waited, and records that
+            # arrived since got a new one; the retry joins it (no order to keep).
+            lane = current
         lane.queue.appendleft(rec)
         lane.busy = False
         if not lane.ready:
             lane.ready = True
             self._ready.appendleft(lane)
-        if lane.part.lanes.get(lane.lane_id) is not lane:
-            lane.part.lanes[lane.lane_id] = lane
         self._start_workers()
 
     def _fail_workload(self, error: BaseException) -> None:

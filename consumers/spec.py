@@ -274,6 +274,15 @@ class DeadLetterSpec(_Frozen):
     #: A dead letter replayed this often already is left where it is.
     max_replays: int = Field(default=3, ge=1)
 
+    @model_validator(mode="after")
+    def _valve_allows_one(self) -> DeadLetterSpec:
+        if self.max_ratio * self.window < 1:
+            raise ValueError(
+                f"max_ratio x window = {self.max_ratio * self.window:g} allows no dead letter at "
+                "all: the first one would stop the workload; raise max_ratio or window"
+            )
+        return self
+
 
 class OutputSpec(_Frozen):
     """The topic ``Forward`` outcomes are produced to, in source order per partition."""

@@ -330,7 +330,7 @@ class PulsarBackend:
                         0,
                         offset,
                         key.encode() if key else None,
-                        msg.data(),
+                        None if msg.has_null_value() else msg.data(),
                         {k: v.encode() for k, v in properties.items()},
                     )
                 )

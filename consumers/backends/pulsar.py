@@ -422,12 +422,15 @@ class PulsarProducer:
                 None if result == pulsar.Result.Ok else f"Pulsar send failed: {result}", None
             )
 
-        producer.send_async(
-            value if value is not None else b"",
-            sent,
-            properties=properties or None,
-            partition_key=partition_key,
-        )
+        try:  # a None value is sent as a null value: tombstones stay tombstones
+            producer.send_async(
+                value, sent, properties=properties or None, partition_key=partition_key
+            )
+        except BaseException:
+            with self._idle:
+                self._pending -= 1
+                self._idle.notify_all()
+            raise
 
     def poll(self, timeout: float = -1) -> int:
         """Callbacks run on pulsar-client's own threads; nothing to serve here."""

@@ -200,7 +200,9 @@ async def test_other_subscription_types_lightly(
     assert backend.committed(f"g-{subscription_type}", topic, 1) == {0: 300}
 
 
-def test_producer_maps_keys_and_headers_and_refuses_binary_ones(backend: PulsarBackend) -> None:
+def test_producer_maps_keys_headers_and_tombstones_and_refuses_binary_ones(
+    backend: PulsarBackend,
+) -> None:
     topic = backend.make_topic(1)
     producer = PulsarProducer(backend.broker.url, {})
     results: list[str | None] = []
@@ -216,13 +218,15 @@ def test_producer_maps_keys_and_headers_and_refuses_binary_ones(backend: PulsarB
             headers=[("h", b"\xfe")],
             on_delivery=lambda e, _: results.append(e),
         )
+        producer.produce(topic, None, b"k4", on_delivery=lambda e, _: results.append(e))
         assert producer.flush(10) == 0
     finally:
         producer.close()
     refused = "Pulsar keys and properties must be UTF-8 text"
-    assert Counter(results) == Counter({None: 1, refused: 2})
-    [stored] = backend.read(topic, 1)[0]
+    assert Counter(results) == Counter({None: 2, refused: 2})
+    [stored, tombstone] = backend.read(topic, 1)[0]
     assert (stored.key, stored.value, stored.headers) == (b"k1", b"v1", {"h": b"x"})
+    assert (tombstone.key, tombstone.value) == (b"k4", None), "a null value arrived as data"
 
 
 def test_kill_9_mid_run_then_restart_loses_nothing(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import contextlib
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
@@ -869,3 +870,48 @@ async def test_an_out_of_order_offset_never_lets_the_commit_pass_unhandled_recor
         unhandled = [o for o in range(position) if (1, o) not in handled]
         assert unhandled == [], f"p1 committed at {position} but never handled {unhandled}"
     await h.finish()
+
+
+async def test_an_unordered_retry_rejoins_the_lane_that_records_arrived_in_meanwhile(
+    make: Callable[..., Harness],
+) -> None:
+    """ordering: none: while a failed record waits for its retry, later records of the
+    partition get a new lane; the retry must join it, and every record must complete."""
+    attempts: Counter[int] = Counter()
+    go_on = asyncio.Event()
+
+    async def fails_once_at_0(rec: Record) -> None:
+        attempts[rec.offset] += 1
+        if rec.offset == 0 and attempts[0] == 1:
+            raise RuntimeError("once")
+        if rec.offset == 1:
+            await go_on.wait()
+
+    retry = RetryPolicy(max_attempts=3, backoff=1.0, jitter=False)
+    h = make(fails_once_at_0, ordering="none", concurrency=1, retry=retry)
+    h.ingest([Msg(0, 0, b"a")])
+    await until(lambda: h.runner.counters.failed == 1)
+    h.ingest([Msg(0, 1, b"b"), Msg(0, 2, b"c")])
+    await until(lambda: attempts[1] == 1)  # 1 runs, 2 waits in the new lane
+    h.clock.advance(1.0)  # the retry of 0 is due while the new lane still holds 2
+    await settle()
+    go_on.set()
+    await until(lambda: h.runner.counters.completed == 3)
+    assert attempts == {0: 2, 1: 1, 2: 1}
+    assert not h.runner._resolver._failures, "a retried success left its failure history"
+    assert await h.finish() == [(TOPIC, 0, 3, encode_done(3, set()))]
+
+
+async def test_a_drain_ends_batch_gathering_at_once_and_starts_no_batch(
+    make: Callable[..., Harness],
+) -> None:
+    calls: list[list[Record]] = []
+
+    async def handler(records: list[Record]) -> None:
+        calls.append(records)
+
+    h = make(handler, mode="batch", batch_size=10, batch_max_wait=60.0, ordering="none")
+    h.ingest([Msg(0, 0, b"a"), Msg(0, 1, b"b")])
+    await until(lambda: h.clock.sleeping == 1)  # a worker gathers, waiting for more or time
+    assert await h.finish() == [(TOPIC, 0, 0, encode_done(0, set()))]  # nothing completed
+    assert calls == [], "a batch started after the drain began"

@@ -554,3 +554,10 @@ def test_scheduled_replay_is_for_kafka_dead_letters_only(tmp_path: Path) -> None
         tmp_path, spec_data(dead_letter={"topic": "d", "max_replays": 0}), import_handler=False
     )
     assert zero.field == "dead_letter.max_replays"
+
+
+def test_a_safety_valve_that_allows_no_dead_letter_is_refused(tmp_path: Path) -> None:
+    data = spec_data(dead_letter={"topic": "d", "max_ratio": 0.2, "window": 4})
+    err = spec_error(tmp_path, data, import_handler=False)
+    assert err.field == "dead_letter"
+    assert "allows no dead letter" in err.reason
