@@ -511,11 +511,13 @@ dead_letters_app = typer.Typer(
 app.add_typer(dead_letters_app)
 
 _SpecsOption = Annotated[
-    Path,
+    Path | None,
     typer.Option(
         "--specs",
         envvar="LANEHOUSE_WORKLOADS",
-        help="Spec file or directory of *.yaml that defines the workload.",
+        show_default=False,
+        help="Spec file or directory of *.yaml that defines the workload (default: the "
+        "repository's workloads/).",
     ),
 ]
 _WorkloadArgument = Annotated[str, typer.Argument(help="Workload name (its spec's `name`).")]
@@ -530,9 +532,14 @@ _KEY_CHARS = 32
 _MESSAGE_CHARS = 60
 
 
-def _dead_letter_workload(specs: Path, workload: str) -> tuple[WorkloadSpec, KafkaSourceSpec, str]:
+def _dead_letter_workload(
+    specs: Path | None, workload: str
+) -> tuple[WorkloadSpec, KafkaSourceSpec, str]:
     """The workload's spec, its Kafka source and its dead-letter topic; exit 2 if it reads
     Pulsar or has no dead-letter topic."""
+    from orchestration.workloads import workloads_dir
+
+    specs = specs if specs is not None else workloads_dir()
     try:
         loaded = load_specs([specs], import_handler=False)
     except SpecError as exc:
@@ -551,15 +558,13 @@ def _dead_letter_workload(specs: Path, workload: str) -> tuple[WorkloadSpec, Kaf
             f"dead-letter topics only; read its dead letters with Pulsar tools{where}"
         )
         raise typer.Exit(2)
-    # Read defensively: specs without the dead_letter field cannot name a topic.
-    topic = getattr(getattr(spec, "dead_letter", None), "topic", None)
-    if not isinstance(topic, str):
+    if spec.dead_letter is None:
         _error(
             f"workload {workload!r} has no dead-letter topic: its spec sets no dead_letter "
             "(add `dead_letter: {topic: <name>}`)"
         )
         raise typer.Exit(2)
-    return spec, spec.source, topic
+    return spec, spec.source, spec.dead_letter.topic
 
 
 def _since_ms(since: str | None) -> int | None:
@@ -600,7 +605,7 @@ def _utc(epoch_ms: int) -> str:
 @dead_letters_app.command("list")
 def dead_letters_list(
     workload: _WorkloadArgument,
-    specs: _SpecsOption = Path("workloads"),
+    specs: _SpecsOption = None,
     limit: Annotated[int | None, typer.Option(min=1, help="Show at most this many.")] = None,
     since: _SinceOption = None,
 ) -> None:
@@ -654,7 +659,7 @@ def dead_letters_list(
 @dead_letters_app.command("replay")
 def dead_letters_replay(
     workload: _WorkloadArgument,
-    specs: _SpecsOption = Path("workloads"),
+    specs: _SpecsOption = None,
     limit: Annotated[
         int | None, typer.Option(min=1, help="Handle at most this many of its dead letters.")
     ] = None,

@@ -79,8 +79,8 @@ def _collect(
 
     directory = specs if specs is not None else workloads_dir()
     with _instance(state_dir) as instance:
-        sensor, _ = sensor_state(instance)
-        return collect_statuses(instance, directory, names), sensor
+        sensor, cursor = sensor_state(instance)
+        return collect_statuses(instance, directory, names, cursor=cursor), sensor
 
 
 def _ago(seconds: float) -> str:
@@ -181,7 +181,7 @@ def workloads_status(
         f"spec       {status.file or '-'}" + ("" if status.valid else f"  INVALID: {status.error}"),
         f"source     {status.source_kind or '-'}: {', '.join(status.topics) or '-'}",
         f"phase      {status.phase}" + (f" ({status.note})" if status.note else ""),
-        f"crashes    {status.crashes} in the last hour"
+        f"crashes    {status.crashes} recently"
         + (f"; next start {_when(status.next_start)} UTC" if status.next_start else ""),
         f"heartbeat  {_ago(beat) if beat is not None else '-'}",
         f"sensor     {_sensor_text(sensor)}",

@@ -11,7 +11,7 @@ Off by default twice over (the schedule and the spec flag): replaying a record t
 reason nobody fixed only sends it round again. The job can also be launched by hand from the
 launchpad for any Kafka workload with a dead-letter topic, whatever its flag. Two replays of one
 workload must not overlap; the instance's tag limit on ``REPLAY_TAG`` (one run per value)
-serialises them (:mod:`orchestration.instance`).
+serialises them (``REPLAY_RUN_TAG`` in :mod:`orchestration.instance`).
 """
 
 # No ``from __future__ import annotations``: Dagster reads the op's ``config`` annotation.
@@ -38,13 +38,17 @@ from consumers.spec import KafkaSourceSpec, WorkloadSpec
 from orchestration.consumer_job import find_workload
 from orchestration.instance import REPLAY_RUN_TAG
 from orchestration.registry import read_registry
-from orchestration.workloads import WORKLOAD_PARTITIONS, WORKLOAD_TAG, workloads_dir
+from orchestration.workloads import (
+    WORKLOAD_PARTITIONS,
+    WORKLOAD_PARTITIONS_NAME,
+    WORKLOAD_TAG,
+    workloads_dir,
+)
 
-__all__ = ["REPLAY_JOB_NAME", "REPLAY_TAG", "dead_letter_replay_schedule", "replay_job"]
+__all__ = ["REPLAY_JOB_NAME", "dead_letter_replay_schedule", "replay_job", "replayable"]
 
 REPLAY_JOB_NAME = "replay_dead_letters"
 #: On every replay run, value = workload: at most one replay per workload runs at a time.
-REPLAY_TAG = REPLAY_RUN_TAG
 #: When the schedule runs once it is switched on.
 REPLAY_CRON = "0 * * * *"
 
@@ -121,7 +125,7 @@ def dead_letter_replay_schedule(
     context: ScheduleEvaluationContext,
 ) -> list[RunRequest] | SkipReason:
     registry = read_registry(workloads_dir())
-    registered = set(context.instance.get_dynamic_partitions(WORKLOAD_PARTITIONS.name or ""))
+    registered = set(context.instance.get_dynamic_partitions(WORKLOAD_PARTITIONS_NAME))
     at = context.scheduled_execution_time or datetime.now()
     requests = []
     for entry in registry.workloads.values():
@@ -129,7 +133,7 @@ def dead_letter_replay_schedule(
         wanted = spec.enabled and spec.dead_letter is not None and spec.dead_letter.scheduled_replay
         if not wanted or spec.name not in registered or replayable(spec) is not None:
             continue
-        tags = {WORKLOAD_TAG: spec.name, REPLAY_TAG: spec.name}
+        tags = {WORKLOAD_TAG: spec.name, REPLAY_RUN_TAG: spec.name}
         requests.append(
             RunRequest(run_key=f"{spec.name}:{at.isoformat()}", partition_key=spec.name, tags=tags)
         )

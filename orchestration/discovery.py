@@ -59,25 +59,26 @@ from orchestration.discovery_state import (
     DiscoveryState,
     RestartPolicy,
     RunInfo,
+    policy_from_env,
 )
-from orchestration.heartbeat import HEARTBEAT_SECONDS, read_heartbeats
+from orchestration.heartbeat import read_heartbeats
 from orchestration.registry import SpecCache, read_registry
 from orchestration.workloads import (
     CONSUMER_JOB_NAME,
     DISCOVERY_SENSOR_NAME,
     GENERATION_TAG,
+    PARENT_RUN_TAG,
+    PARTITION_TAG,
     SPEC_HASH_TAG,
     STOP_REASON_TAG,
     WORKLOAD_PARTITIONS,
+    WORKLOAD_PARTITIONS_NAME,
     WORKLOAD_TAG,
     workloads_dir,
 )
 
 __all__ = ["build_discovery_sensor", "collect_runs", "run_info", "workload_discovery_sensor"]
 
-#: Dagster's system tags: the partition a run serves; set on re-executions.
-PARTITION_TAG = "dagster/partition"
-PARENT_RUN_TAG = "dagster/parent_run_id"
 #: Run changes are re-read with this overlap, for writers whose clocks or commits lag.
 WATERMARK_OVERLAP = 60.0
 #: Without a watermark (first tick, cursor reset) this many recent runs stand for the history.
@@ -120,26 +121,6 @@ def build_discovery_sensor(
     return workload_discovery
 
 
-#: Overrides :attr:`RestartPolicy.heartbeat_timeout` (seconds), e.g. for a slow run storage.
-HEARTBEAT_TIMEOUT_ENV = "LANEHOUSE_HEARTBEAT_TIMEOUT"
-
-
-def policy_from_env() -> RestartPolicy:
-    raw = os.environ.get(HEARTBEAT_TIMEOUT_ENV)
-    if raw is None:
-        return RestartPolicy()
-    try:
-        timeout = float(raw)
-    except ValueError:
-        timeout = -1.0
-    if not timeout >= 2 * HEARTBEAT_SECONDS:
-        raise ValueError(
-            f"{HEARTBEAT_TIMEOUT_ENV}={raw!r}: expected seconds, at least {2 * HEARTBEAT_SECONDS:g} "
-            f"(two heartbeats of {HEARTBEAT_SECONDS:g} s)"
-        )
-    return RestartPolicy(heartbeat_timeout=timeout)
-
-
 def _evaluate(
     context: SensorEvaluationContext,
     directory: Path,
@@ -151,7 +132,7 @@ def _evaluate(
     registry = read_registry(directory, cache=cache)
     state = DiscoveryState.from_cursor(context.cursor)
     runs, watermark = collect_runs(instance, state)
-    partitions = instance.get_dynamic_partitions(_partitions_name())
+    partitions = instance.get_dynamic_partitions(WORKLOAD_PARTITIONS_NAME)
     decision = decide(registry, state, runs, partitions, now, policy)
     for abandon in decision.abandons:
         _abandon(instance, context.log, abandon)
@@ -234,15 +215,18 @@ def run_info(record: RunRecord) -> RunInfo | None:
         return None
     raw = tags.get(GENERATION_TAG, "")
     generation = int(raw) if raw.isdigit() else None
+    # A re-execution carries a copy of its parent's tags: our tags describe the parent, not it
+    # (it runs the current spec, and nobody stopped it yet). It counts as a person's launch.
+    reexecuted = PARENT_RUN_TAG in tags
     return RunInfo(
         run_id=run.run_id,
         storage_id=record.storage_id,
         workload=workload,
         status=run.status,
-        by_sensor=generation is not None and PARENT_RUN_TAG not in tags,
-        generation=generation,
-        spec_hash=tags.get(SPEC_HASH_TAG),
-        stop_reason=tags.get(STOP_REASON_TAG),
+        by_sensor=generation is not None and not reexecuted,
+        generation=None if reexecuted else generation,
+        spec_hash=None if reexecuted else tags.get(SPEC_HASH_TAG),
+        stop_reason=None if reexecuted else tags.get(STOP_REASON_TAG),
     )
 
 
@@ -279,13 +263,6 @@ def _stop(instance: DagsterInstance, log: logging.Logger, cancel: Cancel) -> Non
             f"{what}: Dagster did not confirm the termination; if the run stays CANCELING, "
             "terminate it from the UI (force termination marks it CANCELED)"
         )
-
-
-def _partitions_name() -> str:
-    name = WORKLOAD_PARTITIONS.name
-    if name is None:
-        raise TypeError("WORKLOAD_PARTITIONS must be a named DynamicPartitionsDefinition")
-    return name
 
 
 #: The sensor for ``Definitions(sensors=[...])``.

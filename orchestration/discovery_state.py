@@ -13,12 +13,14 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Literal
 
 from dagster import DagsterRunStatus
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from orchestration.heartbeat import HEARTBEAT_SECONDS
 from orchestration.workloads import GENERATION_TAG, SPEC_HASH_TAG, WORKLOAD_TAG
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "RunInfo",
     "StopReason",
     "WorkloadState",
+    "policy_from_env",
 ]
 
 #: Bump when the shape changes incompatibly.
@@ -191,6 +194,28 @@ class RestartPolicy:
         if crashes >= self.crash_loop_threshold:
             return self.max_backoff
         return float(min(self.max_backoff, self.base_backoff * 2 ** max(crashes - 1, 0)))
+
+
+#: Overrides :attr:`RestartPolicy.heartbeat_timeout` (seconds), e.g. for a slow run storage.
+HEARTBEAT_TIMEOUT_ENV = "LANEHOUSE_HEARTBEAT_TIMEOUT"
+
+
+def policy_from_env() -> RestartPolicy:
+    """The default policy, with ``LANEHOUSE_HEARTBEAT_TIMEOUT`` applied (``ValueError`` naming
+    the variable when it is not a number of seconds of at least two heartbeats)."""
+    raw = os.environ.get(HEARTBEAT_TIMEOUT_ENV)
+    if raw is None:
+        return RestartPolicy()
+    try:
+        timeout = float(raw)
+    except ValueError:
+        timeout = -1.0
+    if not timeout >= 2 * HEARTBEAT_SECONDS:
+        raise ValueError(
+            f"{HEARTBEAT_TIMEOUT_ENV}={raw!r}: expected seconds, at least {2 * HEARTBEAT_SECONDS:g} "
+            f"(two heartbeats of {HEARTBEAT_SECONDS:g} s)"
+        )
+    return RestartPolicy(heartbeat_timeout=timeout)
 
 
 @dataclass(frozen=True)

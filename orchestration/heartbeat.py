@@ -9,8 +9,9 @@ PostgreSQL, whichever the instance uses). The sensor does not compare clocks: it
 whether the beat *changed*, on its own clock, so clock skew between machines cannot declare a run
 dead. ``at`` (the worker's clock) is for people: ``lanehouse workloads`` shows its age.
 
-Why the key-value store and not run tags: ``add_run_tags`` rewrites the whole run record, and a
-heartbeat racing a status change could write an old status back.
+Why the key-value store and not run tags: every tag write bumps the run's ``update_timestamp``,
+so every consumer run would look changed on every tick of the sensor's "updated since" query,
+and each write rewrites the whole run record.
 """
 
 from __future__ import annotations

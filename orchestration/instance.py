@@ -9,6 +9,10 @@ Why each setting:
   Spark runs, which do end, are limited by their tag instead, and dead-letter replays to one
   per workload.
 - telemetry off.
+- ``run_monitoring``: the daemon fails a run stuck STARTING (its worker never came up) after
+  ``start_timeout_seconds`` and ends a run stuck CANCELING (nobody left to finish the drain)
+  after ``cancel_timeout_seconds``; the discovery sensor then starts the workload again. A
+  drain longer than that timeout is cut short, so keep ``drain_timeout`` well below it.
 """
 
 from __future__ import annotations
@@ -35,9 +39,19 @@ def state_dir(given: Path | None = None) -> Path:
     return Path(os.environ.get("LANEHOUSE_HOME", DEFAULT_STATE_DIR))
 
 
+#: Seconds a run may stay STARTING, and CANCELING, before the daemon gives up on its worker.
+RUN_START_TIMEOUT: Final = 180
+RUN_CANCEL_TIMEOUT: Final = 600
+
+
 def instance_config() -> dict[str, Any]:
     return {
         "telemetry": {"enabled": False},
+        "run_monitoring": {
+            "enabled": True,
+            "start_timeout_seconds": RUN_START_TIMEOUT,
+            "cancel_timeout_seconds": RUN_CANCEL_TIMEOUT,
+        },
         "concurrency": {
             "runs": {
                 "max_concurrent_runs": -1,

@@ -23,13 +23,14 @@ from dagster import AssetKey, DagsterInstance, RunsFilter
 from pydantic import BaseModel, ConfigDict
 
 from consumers.spec import WorkloadSpec
-from orchestration.discovery import policy_from_env
 from orchestration.discovery_state import (
     CRASH_LOOP_TAG,
+    FINISHED,
     RESTARTS_TAG,
     DiscoveryState,
     RestartPolicy,
     WorkloadState,
+    policy_from_env,
 )
 from orchestration.heartbeat import read_heartbeats
 from orchestration.registry import InvalidSpec, Registry, read_registry
@@ -37,6 +38,8 @@ from orchestration.workloads import (
     CONSUMER_JOB_NAME,
     DISCOVERY_SENSOR_NAME,
     GENERATION_TAG,
+    PARENT_RUN_TAG,
+    PARTITION_TAG,
     PLATFORM_STOP_REASON,
     STOP_REASON_TAG,
     topic_asset_key,
@@ -44,8 +47,10 @@ from orchestration.workloads import (
 
 __all__ = ["RunSummary", "TopicProgress", "WorkloadStatus", "collect_statuses", "sensor_state"]
 
-PARTITION_TAG = "dagster/partition"
-_LIVE = frozenset({"STARTED", "CANCELING", "STARTING", "QUEUED", "NOT_STARTED"})
+_FINISHED = frozenset(status.value for status in FINISHED)
+#: Observations looked through for one from the workload's newest run (several workloads may
+#: read one topic and observe its asset).
+_OBSERVATIONS_SCANNED = 20
 
 
 class _Model(BaseModel):
@@ -123,12 +128,15 @@ def collect_statuses(
     history: int = 5,
     now: datetime | None = None,
     policy: RestartPolicy | None = None,
+    cursor: DiscoveryState | None = None,
 ) -> list[WorkloadStatus]:
-    """Every workload in ``directory`` (or only ``names``), plus ones that still have runs."""
+    """Every workload in ``directory`` (or only ``names``), plus ones the sensor's ``cursor``
+    (read from the instance when not given) still remembers."""
     now = now or datetime.now(UTC)
     policy = policy or policy_from_env()
     registry = read_registry(directory) if directory.is_dir() else Registry({})
-    _, cursor = sensor_state(instance)
+    if cursor is None:
+        _, cursor = sensor_state(instance)
     states = cursor.workloads if cursor is not None else {}
     wanted = set(names) if names is not None else None
     invalid = {spec.name: spec for spec in registry.invalid if spec.name}
@@ -174,7 +182,7 @@ def _runs(instance: DagsterInstance, name: str, limit: int) -> list[RunSummary]:
                 restarts=int(restarts) if restarts.isdigit() else 0,
                 crash_loop=tags.get(CRASH_LOOP_TAG) == "true",
                 stop_reason=tags.get(STOP_REASON_TAG),
-                by_sensor=GENERATION_TAG in tags,
+                by_sensor=GENERATION_TAG in tags and PARENT_RUN_TAG not in tags,
             )
         )
     return summaries
@@ -241,7 +249,7 @@ def _phase(
 ) -> tuple[str, str | None]:
     """The phase the operator cares about first, with a note when there is more to say."""
     state, now, policy = context.state, context.now, context.policy
-    live = run is not None and run.status in _LIVE
+    live = run is not None and run.status not in _FINISHED
     if not registered:
         if broken is not None:
             return "invalid", "spec file is invalid; the last valid spec keeps running"
@@ -257,14 +265,14 @@ def _phase(
     if live and run is not None:
         phase = "running" if run.status == "STARTED" else "starting"
         if crashes >= policy.crash_loop_threshold:
-            return phase, f"crash-looping: {crashes} crashes in the last hour"
+            return phase, f"crash-looping: {crashes} crashes in {_window(policy)}"
         return phase, None
     if spec is None or not spec.enabled:
         return "disabled", "enabled: false"
     if state is not None and state.stopped_by_user:
         return "stopped", "stopped by a person: launch its partition from the UI to resume"
     if crashes >= policy.crash_loop_threshold:
-        return "crash-looping", f"{crashes} crashes in the last hour"
+        return "crash-looping", f"{crashes} crashes in {_window(policy)}"
     if state is not None and state.next_start is not None and state.next_start > now.timestamp():
         return "waiting", f"restart after a crash at {_stamp(state.next_start):%H:%M:%S} UTC"
     if run is None:
@@ -278,10 +286,10 @@ def _progress(
     instance: DagsterInstance, topic: str, kind: str, run_id: str, now: datetime
 ) -> TopicProgress | None:
     key = AssetKey(topic_asset_key(topic, "pulsar" if kind == "pulsar" else "kafka"))
-    records = instance.fetch_observations(key, limit=1).records
-    if not records or records[0].run_id != run_id:
+    records = instance.fetch_observations(key, limit=_OBSERVATIONS_SCANNED).records
+    record = next((r for r in records if r.run_id == run_id), None)
+    if record is None:
         return None
-    record = records[0]
     observation = record.asset_observation
     if observation is None:
         return None
@@ -301,6 +309,10 @@ def _progress(
         pinned_offset=_integer(meta.get("pinned_offset")),
         pinned_seconds=_number(meta.get("pinned_seconds")),
     )
+
+
+def _window(policy: RestartPolicy) -> str:
+    return f"the last {policy.crash_window / 60:g} min"
 
 
 def _text(value: object) -> str | None:

@@ -19,7 +19,8 @@ from consumers.pulsar_options import validate_pulsar_topic
 SourceKind = Literal["kafka", "pulsar"]
 
 #: One dynamic partition per workload name: the UI shows one row per workload.
-WORKLOAD_PARTITIONS: Final = DynamicPartitionsDefinition(name="workloads")
+WORKLOAD_PARTITIONS_NAME: Final = "workloads"
+WORKLOAD_PARTITIONS: Final = DynamicPartitionsDefinition(name=WORKLOAD_PARTITIONS_NAME)
 #: The job that runs one workload (partition key = workload name) until it is stopped.
 CONSUMER_JOB_NAME: Final = "consume_workload"
 #: The sensor that registers workloads and starts, restarts and stops their runs.
@@ -33,6 +34,10 @@ GENERATION_TAG: Final = "lanehouse/generation"
 #: terminated, the discovery sensor starts that workload again when the platform comes back.
 STOP_REASON_TAG: Final = "lanehouse/stop_reason"
 PLATFORM_STOP_REASON: Final = "platform"
+#: Dagster's own run tags: the partition a run serves; set on re-executions (with the parent's
+#: tags copied, ours included).
+PARTITION_TAG: Final = "dagster/partition"
+PARENT_RUN_TAG: Final = "dagster/parent_run_id"
 
 #: Where workload specs live unless ``LANEHOUSE_WORKLOADS`` says otherwise.
 DEFAULT_WORKLOADS_DIR: Final = Path(__file__).resolve().parent.parent / "workloads"

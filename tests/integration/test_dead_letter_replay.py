@@ -16,11 +16,8 @@ from dagster import (
 )
 
 from consumers.embedded.tansu import TansuBroker
-from orchestration.dead_letter_replay import (
-    REPLAY_TAG,
-    dead_letter_replay_schedule,
-    replay_job,
-)
+from orchestration.dead_letter_replay import dead_letter_replay_schedule, replay_job
+from orchestration.instance import REPLAY_RUN_TAG as REPLAY_TAG
 from orchestration.instance import instance_config
 from orchestration.workloads import WORKLOAD_PARTITIONS
 from tests.integration.dead_letters import Dead, read_all, spec_text, write

@@ -428,3 +428,26 @@ def test_the_sensor_daemon_accepts_what_the_sensor_returns(
         second, first = iterate(start + 30)
         assert (second.status, second.tags[GENERATION_TAG]) == (S.QUEUED, "2")
         assert second.tags[SPEC_HASH_TAG] != first.tags[SPEC_HASH_TAG]
+
+
+def test_a_re_execution_does_not_inherit_its_parents_stop_reason(platform: Platform) -> None:
+    """Dagster copies the parent's tags to a re-execution (ours included): a copy of a run the
+    platform stopped is a person's launch, and terminating it keeps the workload stopped."""
+    platform.write("orders")
+    platform.tick()
+    (parent,) = platform.runs("orders")
+    platform.instance.add_run_tags(parent.run_id, {STOP_REASON_TAG: "platform"})
+    platform.finish(parent)
+    platform.tick()  # the platform's stop: a new generation
+    (newest, _) = platform.runs("orders")
+    platform.finish(newest)  # say the platform stopped that one too, then a person re-executes
+    platform.instance.add_run_tags(newest.run_id, {STOP_REASON_TAG: "platform"})
+    copied = {**parent.tags, STOP_REASON_TAG: "platform", "dagster/parent_run_id": parent.run_id}
+    rerun = platform.instance.create_run_for_job(stand_in, tags=copied, status=S.STARTED)
+    platform.now += 10
+    assert platform.tick().skip_message == "workloads: 1 running"
+    platform.terminate_from_ui(rerun)
+    platform.now += 10
+    stopped = platform.tick()
+    assert stopped.run_requests == []
+    assert stopped.skip_message == "workloads: 1 stopped by a person"

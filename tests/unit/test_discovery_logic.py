@@ -15,15 +15,16 @@ import pytest
 from dagster import DagsterRunStatus
 
 from consumers.spec import WorkloadSpec, spec_hash
-from orchestration.discovery import HEARTBEAT_TIMEOUT_ENV, policy_from_env
 from orchestration.discovery_logic import Decision, decide, tracked_run_ids
 from orchestration.discovery_state import (
     CRASH_LOOP_TAG,
+    HEARTBEAT_TIMEOUT_ENV,
     RESTARTS_TAG,
     DiscoveryState,
     Launch,
     RestartPolicy,
     RunInfo,
+    policy_from_env,
 )
 from orchestration.registry import InvalidSpec, RegisteredWorkload, Registry
 from orchestration.workloads import GENERATION_TAG, SPEC_HASH_TAG, WORKLOAD_TAG
