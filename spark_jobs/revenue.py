@@ -11,7 +11,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.schemas import REVENUE_SCHEMA
+from spark_jobs.schemas import REVENUE_SCHEMA, REVENUE_TYPE
 
 
 def daily_revenue(orders: DataFrame, sessions: DataFrame) -> DataFrame:
@@ -28,7 +28,7 @@ def daily_revenue(orders: DataFrame, sessions: DataFrame) -> DataFrame:
     day = money.join(traffic, "event_date", "full").fillna(
         0, subset=["orders", "customers", "sessions", "sessions_with_purchase"]
     )
-    revenue = F.coalesce(F.col("revenue"), F.lit(0).cast("decimal(18,2)"))
+    revenue = F.coalesce(F.col("revenue"), F.lit(0).cast(REVENUE_TYPE))
     return day.select(
         "event_date",
         "orders",

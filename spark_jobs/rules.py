@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StructType
 
 from spark_jobs import validation as v
-from spark_jobs.schemas import CLICK_SCHEMA, ORDER_ITEM_TYPE, ORDER_SCHEMA
+from spark_jobs.schemas import CLICK_SCHEMA, ORDER_ITEM_TYPE, ORDER_SCHEMA, PRICE_TYPE, TOTAL_TYPE
 
 EVENT_TYPES: Final = ("page_view", "add_to_cart", "purchase")
 #: Revenue adds totals up, which only makes sense in one currency.
@@ -70,7 +70,7 @@ def _click_fields() -> list[v.Field]:
         v.Field("user_id", "string", "string"),
         v.Field("event_type", "string", "string", allowed=EVENT_TYPES),
         v.Field("product_id", "string", "string"),
-        v.Field("price", "number", "decimal(10,2)", required=priced, minimum=0),
+        v.Field("price", "number", PRICE_TYPE.simpleString(), required=priced, minimum=0),
         v.Field("quantity", "integer", "int", required=priced, minimum=1),
         v.Field("ts", "timestamp", "timestamp"),
     ]
@@ -96,7 +96,7 @@ def _order_fields() -> list[v.Field]:
         v.Field("order_id", "string", "string"),
         v.Field("user_id", "string", "string"),
         v.Field("items", "array", "array<variant>"),
-        v.Field("total", "number", "decimal(12,2)", minimum=0),
+        v.Field("total", "number", TOTAL_TYPE.simpleString(), minimum=0),
         v.Field("currency", "string", "string", allowed=CURRENCIES),
         v.Field("ts", "timestamp", "timestamp"),
     ]
@@ -106,7 +106,7 @@ def _item_fields() -> list[v.Field]:
     return [
         v.Field("product_id", "string", "string"),
         v.Field("quantity", "integer", "int", minimum=1),
-        v.Field("unit_price", "number", "decimal(10,2)", minimum=0),
+        v.Field("unit_price", "number", PRICE_TYPE.simpleString(), minimum=0),
     ]
 
 

@@ -39,13 +39,6 @@ REVENUE_TYPE: Final = DecimalType(18, 2)  # sums over many orders
 
 #: Identifies one landed record: a topic deleted and recreated gets a new ``_topic_id``, so
 #: its offsets start again without colliding with the old incarnation's.
-LINEAGE_COLUMNS: Final = ("_cluster", "_topic", "_topic_id", "_partition", "_offset")
-
-
-def _struct(*fields: tuple[str, DataType]) -> StructType:
-    return StructType([StructField(name, kind, nullable=True) for name, kind in fields])
-
-
 _LINEAGE: Final = (
     ("_cluster", StringType()),
     ("_topic", StringType()),
@@ -53,6 +46,13 @@ _LINEAGE: Final = (
     ("_partition", IntegerType()),
     ("_offset", LongType()),
 )
+LINEAGE_COLUMNS: Final = tuple(name for name, _ in _LINEAGE)
+
+
+def _struct(*fields: tuple[str, DataType]) -> StructType:
+    return StructType([StructField(name, kind, nullable=True) for name, kind in fields])
+
+
 #: Lineage kept on every derived row, so any output row leads back to its landed record.
 _KEPT: Final = (*_LINEAGE, ("_timestamp", TimestampType()), ("event_date", DateType()))
 

@@ -47,6 +47,8 @@ from orchestration.workloads import (
     CONSUMER_JOB_NAME,
     DISCOVERY_SENSOR_NAME,
     GENERATION_TAG,
+    PARENT_RUN_TAG,
+    PARTITION_TAG,
     SPEC_HASH_TAG,
     STOP_REASON_TAG,
     WORKLOAD_TAG,
@@ -56,7 +58,6 @@ from tests.integration.discovery_defs import stand_in
 
 RUN_KEY_TAG = "dagster/run_key"
 SENSOR_NAME_TAG = "dagster/sensor_name"
-PARTITION_TAG = "dagster/partition"
 S = DagsterRunStatus
 POLICY = RestartPolicy(base_backoff=5, max_backoff=40, crash_loop_threshold=3)
 
@@ -442,7 +443,7 @@ def test_a_re_execution_does_not_inherit_its_parents_stop_reason(platform: Platf
     (newest, _) = platform.runs("orders")
     platform.finish(newest)  # say the platform stopped that one too, then a person re-executes
     platform.instance.add_run_tags(newest.run_id, {STOP_REASON_TAG: "platform"})
-    copied = {**parent.tags, STOP_REASON_TAG: "platform", "dagster/parent_run_id": parent.run_id}
+    copied = {**parent.tags, STOP_REASON_TAG: "platform", PARENT_RUN_TAG: parent.run_id}
     rerun = platform.instance.create_run_for_job(stand_in, tags=copied, status=S.STARTED)
     platform.now += 10
     assert platform.tick().skip_message == "workloads: 1 running"
