@@ -39,6 +39,15 @@ def state_dir(given: Path | None = None) -> Path:
     return Path(os.environ.get("LANEHOUSE_HOME", DEFAULT_STATE_DIR))
 
 
+def lake_dir(state: Path | None = None) -> Path:
+    """Where landed files and Spark tables live: ``LANEHOUSE_LAKE``, else ``<state>/lake``.
+
+    Always absolute, since consumer runs and Spark runs may start in other directories.
+    """
+    configured = os.environ.get("LANEHOUSE_LAKE")
+    return Path(configured).resolve() if configured else (state_dir(state) / "lake").resolve()
+
+
 #: Seconds a run may stay STARTING, and CANCELING, before the daemon gives up on its worker.
 RUN_START_TIMEOUT: Final = 180
 RUN_CANCEL_TIMEOUT: Final = 600
