@@ -13,7 +13,7 @@ from consumers.errors import (
     LanehouseError,
     SpecError,
 )
-from consumers.outcomes import DeadLetter, Drop, Forward, OutputRecord, Retry
+from consumers.outcomes import DeadLetter, Drop, Forward, Land, OutputRecord, Retry
 from consumers.permits import LocalPermitPool, PermitPool
 from consumers.record import Record
 from consumers.run import run_specs
@@ -30,6 +30,7 @@ __all__ = [
     "Forward",
     "HandlerError",
     "HandlerTimeout",
+    "Land",
     "LanehouseError",
     "LocalPermitPool",
     "OutputRecord",

@@ -24,7 +24,7 @@ from consumers.interceptors import Interceptor
 from consumers.invoke import Handler
 from consumers.permits import LocalPermitPool, PermitPool
 from consumers.producer import AckedProducer, ProducerFactory
-from consumers.runner import RunnerSettings, WorkloadRunner
+from consumers.runner import Identify, RunnerSettings, WorkloadRunner
 from consumers.source import ConsumerFactory, SourceThread
 from consumers.tap import Tap
 from consumers.workers import first_of
@@ -46,6 +46,8 @@ class Workload:
     #: Needed when the settings name an output or dead-letter topic.
     producer_factory: ProducerFactory | None = None
     interceptors: tuple[Interceptor, ...] = ()
+    #: Needed when the settings land records: the topics' current incarnations.
+    identify: Identify | None = None
 
 
 @dataclass
@@ -163,6 +165,7 @@ class ConsumerApp:
             producer=producer,
             tap=self.tap,
             interceptors=workload.interceptors,
+            identify=workload.identify,
         )
         source.attach(runner)
         self.sources[name] = source

@@ -66,5 +66,9 @@ class DeadLetterRatioExceeded(LanehouseError):
     """Too many recent records went to the dead-letter topic: likely a bad deploy, so stop."""
 
 
+class LandingError(LanehouseError):
+    """A landed file could not be written and retrying would not help; the workload stops."""
+
+
 class EngineError(LanehouseError):
     """An engine invariant was broken; always a bug worth reporting."""

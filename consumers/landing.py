@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -26,8 +27,9 @@ from pathlib import Path
 
 from consumers.clock import Clock
 from consumers.landing_files import LandedRow, SourceIdentity, landed_path, write_landed
+from consumers.record import Record
 
-__all__ = ["LandingSettings", "LandingSink"]
+__all__ = ["LandedFile", "LandingSettings", "LandingSink", "land_as_is"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,25 @@ class LandingSettings:
     spec_hash: str
     flush_rows: int = 50_000
     flush_interval: float = 60.0
+
+
+@dataclass(frozen=True)
+class LandedFile:
+    """One file that became durable (what the Dagster run reports as a materialization)."""
+
+    dataset: str
+    day: date
+    path: Path
+    topic: str
+    partition: int
+    first_offset: int
+    last_offset: int
+    rows: int
+
+
+def land_as_is(record: Record) -> None:
+    """The handler of a landing workload that declares none: every record lands unchanged."""
+    return None
 
 
 @dataclass
@@ -68,9 +89,13 @@ class LandingSink:
         self._buffers: dict[tuple[int, str, int], _Buffer] = {}
         self._writes: set[asyncio.Task[None]] = set()
         self._timer: asyncio.Task[None] | None = None
+        #: Rows added and not yet durable (or failed), by (topic, partition).
+        self._pending: Counter[tuple[str, int]] = Counter()
         #: Files landed and rows in them, for metrics and the run's reports.
         self.files_landed = 0
         self.rows_landed = 0
+        #: Files landed since the reporter last took them (bounded: reports may lag or be off).
+        self.recent: deque[LandedFile] = deque(maxlen=10_000)
 
     def add(self, source: SourceIdentity, row: LandedRow, done: Done) -> None:
         """Buffer one record; ``done(None)`` once it is in a renamed file."""
@@ -82,6 +107,7 @@ class LandingSink:
             self._arm()
         buffer.rows.append(row)
         buffer.callbacks.append(done)
+        self._pending[(source.topic, row.partition)] += 1
         if len(buffer.rows) >= self.settings.flush_rows:
             self._flush(key)
 
@@ -98,6 +124,23 @@ class LandingSink:
             self._timer.cancel()
         while self._writes:
             await asyncio.gather(*list(self._writes), return_exceptions=True)
+
+    def pending(self, topic: str, partition: int) -> int:
+        """Rows of a partition added but not landed yet (buffered or being written)."""
+        return self._pending[(topic, partition)]
+
+    def take_landed(self) -> list[LandedFile]:
+        """The files landed since the last call, oldest first."""
+        files = list(self.recent)
+        self.recent.clear()
+        return files
+
+    def abort(self) -> None:
+        """Stop the timer and the writes still running (their records stay uncommitted)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        for task in list(self._writes):
+            task.cancel()
 
     @property
     def buffered(self) -> int:
@@ -158,10 +201,25 @@ class LandingSink:
                 await self._clock.sleep(RETRY_SECONDS)
             except Exception as exc:  # data the writer refuses: retrying would not help
                 log.exception("workload %s: landing to %s failed", settings.workload, path)
-                for done in buffer.callbacks:
-                    done(f"landing to {path} failed: {exc!r}")
+                self._settle(buffer, f"landing to {path} failed: {exc!r}")
                 return
         self.files_landed += 1
         self.rows_landed += len(buffer.rows)
+        self.recent.append(
+            LandedFile(
+                settings.dataset,
+                buffer.day,
+                path,
+                buffer.source.topic,
+                buffer.partition,
+                first,
+                max(row.offset for row in buffer.rows),
+                len(buffer.rows),
+            )
+        )
+        self._settle(buffer, None)
+
+    def _settle(self, buffer: _Buffer, error: str | None) -> None:
+        self._pending[(buffer.source.topic, buffer.partition)] -= len(buffer.rows)
         for done in buffer.callbacks:
-            done(None)
+            done(error)

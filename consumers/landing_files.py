@@ -27,6 +27,7 @@ import hashlib
 import os
 import re
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -40,6 +41,7 @@ __all__ = [
     "LandedRow",
     "SourceIdentity",
     "clear_from",
+    "default_lake",
     "landed_path",
     "write_landed",
 ]
@@ -92,6 +94,14 @@ class LandedRow:
     timestamp_ms: int
 
 
+def default_lake() -> Path:
+    """``LANEHOUSE_LAKE``, else ``<LANEHOUSE_HOME or .lanehouse>/lake``; absolute."""
+    configured = os.environ.get("LANEHOUSE_LAKE")
+    if configured:
+        return Path(configured).resolve()
+    return (Path(os.environ.get("LANEHOUSE_HOME", ".lanehouse")) / "lake").resolve()
+
+
 def landed_path(
     lake: Path, dataset: str, day: date, source: SourceIdentity, partition: int, first: int
 ) -> Path:
@@ -139,12 +149,20 @@ def write_landed(
 
 
 def clear_from(
-    lake: Path, dataset: str, source: SourceIdentity, partition: int, position: int
+    lake: Path,
+    dataset: str,
+    source: SourceIdentity,
+    partition: int,
+    position: int,
+    keep: AbstractSet[int] = frozenset(),
 ) -> int:
     """Delete the partition's landed files starting at ``position`` or later; return how many.
 
     Called when the engine starts (re)reading a partition at ``position``: every record from
-    there on will be landed again, possibly cut into different files.
+    there on will be landed again, possibly cut into different files. Files whose first offset
+    is in ``keep`` stay: a previous owner completed (landed) those records and recorded them in
+    its commit metadata, so the engine skips them and would never land them again. A file is
+    completed all at once, so its first offset stands for all of its records.
     """
     root = lake / "landed" / dataset
     if not root.is_dir():
@@ -153,7 +171,8 @@ def clear_from(
     removed = 0
     for path in root.glob(f"event_date=*/{source.file_prefix()}-p{partition}-o*.parquet"):
         match = pattern.fullmatch(path.name)
-        if match is not None and int(match.group(1)) >= position:
+        first = int(match.group(1)) if match is not None else -1
+        if first >= position and first not in keep:
             path.unlink(missing_ok=True)
             removed += 1
     return removed

@@ -9,6 +9,8 @@ A handler returns ``None`` (done) or one of:
 - :class:`Retry` — try again after ``after`` seconds (or the retry policy's backoff); counts as
   an attempt, so ``retries.max_attempts`` still applies.
 - :class:`DeadLetter` — give up now: write the record to the dead-letter topic.
+- :class:`Land` — (landing workloads) land this value instead of the record's; ``None`` lands
+  the record as it is.
 
 Raising is a failed attempt handled by the retry policy.
 """
@@ -56,7 +58,18 @@ class DeadLetter:
     reason: str = ""
 
 
-Outcome = Forward | Drop | Retry | DeadLetter | None
+@dataclass(frozen=True, slots=True)
+class Land:
+    """``Land(b'{"clean": 1}')``: the row to land for this record (its lineage stays the record's)."""
+
+    value: bytes
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.value, bytes):
+            raise TypeError(f"Land takes bytes, not {type(self.value).__name__}")
+
+
+Outcome = Forward | Drop | Retry | DeadLetter | Land | None
 
 
 def _as_output(record: OutputRecord | bytes | str) -> OutputRecord:
@@ -81,4 +94,5 @@ _OUTCOME_NAMES: dict[type, str] = {
     Drop: "drop",
     Retry: "retry",
     DeadLetter: "dead_letter",
+    Land: "land",
 }

@@ -18,6 +18,7 @@ class PartitionState:
 
     __slots__ = (
         "closing",
+        "committed",
         "emit",
         "generation",
         "high_watermark",
@@ -31,9 +32,17 @@ class PartitionState:
         "tracker",
     )
 
-    def __init__(self, topic: str, partition: int, skip: set[int] | None = None) -> None:
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        skip: set[int] | None = None,
+        committed: int | None = None,
+    ) -> None:
         self.topic = topic
         self.partition = partition
+        #: The committed position reading starts at (None: none committed, or not Kafka).
+        self.committed = committed
         #: Unique per assignment in this process (logs and tests tell assignments apart by it).
         self.generation = next(_GENERATIONS)
         self.tracker = OffsetTracker()

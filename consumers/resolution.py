@@ -1,7 +1,9 @@
 """What happens after a handler call: retries that keep order, dead letters, ordered outputs.
 
     resolve(record, outcome, error)
-      done / Drop        → done(record, [])
+      done               → done(record, [])       (lands the record, with landing)
+      Land(value)        → done(record, [])       lands ``value`` instead
+      Drop               → done(record, [])       never lands
       Forward(records)   → done(record, outputs)          (needs an output topic)
       raised / timed out / Retry
           attempts left  → retry after backoff; the record's lane stays held, so later records
@@ -9,12 +11,15 @@
           no attempts    → dead letter, or *parked* when there is no dead-letter topic
       DeadLetter         → dead letter now
 
-    done(record, outputs): with an output topic, records of a partition leave in source order
+    done(record, outputs): with landing, the record (or the value a ``Land`` outcome gave)
+    is buffered for a landed file and completes once that file is renamed into place; with an
+    output topic, records of a partition leave in source order
     (a sequencer holds later records until earlier ones are resolved); a record completes (may
     be committed) only when every output and its dead letter, if any, are acknowledged.
 
 A dead-letter write that fails is retried forever: the record is never completed without it.
-An output write that fails stops the workload: retrying it would break the output order.
+An output write that fails stops the workload: retrying it would break the output order; so
+does a landed file the writer refuses (the sink itself retries I/O errors).
 The safety valve stops the workload before the dead-letter ratio over the last ``window``
 resolved records exceeds ``max_ratio``.
 """
@@ -32,8 +37,10 @@ from typing import TYPE_CHECKING
 
 from consumers.clock import Clock
 from consumers.dead_letter_headers import encode_dead_letter_headers
-from consumers.errors import BrokerError, DeadLetterRatioExceeded, HandlerError
-from consumers.outcomes import DeadLetter, Drop, Forward, Outcome, OutputRecord, Retry
+from consumers.errors import BrokerError, DeadLetterRatioExceeded, HandlerError, LandingError
+from consumers.landing import LandingSink
+from consumers.landing_files import LandedRow, SourceIdentity
+from consumers.outcomes import DeadLetter, Drop, Forward, Land, Outcome, OutputRecord, Retry
 from consumers.producer import AckedProducer
 from consumers.record import Record
 from consumers.workers import WorkloadCounters
@@ -88,16 +95,22 @@ class Resolver:
         complete: Callable[[Record], None],
         requeue: Callable[[Lane, Record], None],
         fail: Callable[[BaseException], None],
+        landing: LandingSink | None = None,
+        identity: Callable[[str], SourceIdentity] | None = None,
     ) -> None:
         if (dead_letter or output_topic) and producer is None:
             raise ValueError(f"workload {name!r}: outputs and dead letters need a producer")
+        if landing is not None and (identity is None or output_topic is not None):
+            raise ValueError(f"workload {name!r}: landing needs source identities, no outputs")
         self.name = name
         self.retry = retry
         self.dead_letter = dead_letter
         self.output_topic = output_topic
         self.sequenced = output_topic is not None
         #: A plain success completes at once: no outputs to order, no dead-letter window.
-        self.immediate = not self.sequenced and dead_letter is None
+        self.immediate = not self.sequenced and dead_letter is None and landing is None
+        self._landing = landing
+        self._identity = identity
         self._producer = producer
         self._clock = clock
         self._counters = counters
@@ -129,10 +142,15 @@ class Resolver:
                 error = self._misuse(rec, "returned Forward but the workload has no output topic")
             elif kind is Drop:
                 self._counters.dropped_by_handler += 1
-                self.done(rec, ())
+                self.done(rec, (), land=False)
                 return False
             elif kind is DeadLetter:
                 return self._to_dead_letter(rec, "DeadLetter", outcome.reason)  # type: ignore[union-attr]
+            elif kind is Land:
+                if self._landing is not None:
+                    self.done(rec, (), landed_value=outcome.value)  # type: ignore[union-attr]
+                    return False
+                error = self._misuse(rec, "returned Land but the workload has no landing")
             elif kind is Retry:
                 retry_after = outcome.after  # type: ignore[union-attr]
             else:
@@ -171,17 +189,50 @@ class Resolver:
         )
         return True
 
-    def done(self, rec: Record, outputs: Iterable[OutputRecord]) -> None:
-        """The record's handling is over; complete it once its outputs are acknowledged."""
+    def done(
+        self,
+        rec: Record,
+        outputs: Iterable[OutputRecord],
+        *,
+        land: bool = True,
+        landed_value: bytes | None = None,
+    ) -> None:
+        """The record's handling is over; complete it once its outputs are acknowledged or
+        its landed file is durable. ``land=False``: nothing to land (dropped, superseded, or
+        completed by a previous owner)."""
         if rec._attempts:
             self._failures.pop(rec, None)
         if self.dead_letter is not None:
             self._count_window(False)
+        if self._landing is not None and land:
+            self._land(rec, rec.value if landed_value is None else landed_value)
+            return
         if not self.sequenced:
             self._complete(rec)
             return
         rec._outputs = list(outputs)
         self._emit(rec._part)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ landing
+
+    def _land(self, rec: Record, value: bytes | None) -> None:
+        assert self._landing is not None and self._identity is not None
+        timestamp = rec.timestamp if rec.timestamp >= 0 else int(time.time() * 1000)
+        row = LandedRow(rec.partition, rec.offset, rec.key, value, timestamp)
+        rec._pending += 1
+
+        def on_landed(error: str | None) -> None:
+            if error is None:
+                self._acked(rec)
+            else:
+                self._fail(
+                    LandingError(
+                        f"workload {self.name}: {error}; stopping (the record "
+                        f"{rec.topic}[{rec.partition}]@{rec.offset} is not committed)"
+                    )
+                )
+
+        self._landing.add(self._identity(rec.topic), row, on_landed)
 
     # ------------------------------------------------------------------ dead letters
 

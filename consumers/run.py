@@ -4,22 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 from consumers.app import ConsumerApp, Workload, WorkloadSummary
-from consumers.backends.kafka import kafka_consumer_factory
+from consumers.backends.kafka import kafka_consumer_factory, kafka_identities
 from consumers.config_utils import import_callable
 from consumers.interceptors import load_interceptor
+from consumers.landing import LandingSettings
+from consumers.landing_files import default_lake
 from consumers.metrics import serve_metrics
 from consumers.producer import ProducerFactory, kafka_producer_factory
 from consumers.resolution import DeadLetterPolicy, RetryPolicy
 from consumers.runner import RunnerSettings
 from consumers.source import ConsumerFactory
-from consumers.spec import PulsarSourceSpec, WorkloadSpec, resolve_handler
+from consumers.spec import PulsarSourceSpec, WorkloadSpec, resolve_handler, spec_hash
 
 log = logging.getLogger("lanehouse.run")
 
 
-def settings_from_spec(spec: WorkloadSpec) -> RunnerSettings:
+def settings_from_spec(spec: WorkloadSpec, lake: Path | None = None) -> RunnerSettings:
+    """The engine's settings; ``lake`` is where a landing workload lands (default: see
+    :func:`consumers.landing_files.default_lake`)."""
+    landing = spec.landing
     return RunnerSettings(
         name=spec.name,
         ordering=spec.ordering,
@@ -47,6 +53,18 @@ def settings_from_spec(spec: WorkloadSpec) -> RunnerSettings:
             else None
         ),
         output_topic=spec.output.topic if spec.output else None,
+        landing=(
+            LandingSettings(
+                lake=lake or default_lake(),
+                dataset=landing.dataset,
+                workload=spec.name,
+                spec_hash=spec_hash(spec),
+                flush_rows=landing.flush_rows,
+                flush_interval=landing.flush_interval,
+            )
+            if landing
+            else None
+        ),
     )
 
 
@@ -72,26 +90,34 @@ def client_factories(spec: WorkloadSpec) -> tuple[ConsumerFactory, ProducerFacto
     return kafka_consumer_factory(config), kafka_producer_factory(config)
 
 
-def workload_from_spec(spec: WorkloadSpec) -> Workload:
+def workload_from_spec(spec: WorkloadSpec, lake: Path | None = None) -> Workload:
     """Bind a spec to its handler and its broker's client factories (imports the handler)."""
     consumer_factory, producer_factory = client_factories(spec)
+    identify = None
+    if spec.landing is not None:  # the spec allows landing from Kafka only
+        identify = kafka_identities(spec.client_config())
     return Workload(
-        settings=settings_from_spec(spec),
+        settings=settings_from_spec(spec, lake),
         handler=resolve_handler(spec),
         topics=list(spec.source.topics),
         consumer_factory=consumer_factory,
         pool=spec.permits.pool,
         producer_factory=producer_factory,
         interceptors=tuple(load_interceptor(import_callable(path)) for path in spec.interceptors),
+        identify=identify,
     )
 
 
-def build_app(specs: list[WorkloadSpec], pool_sizes: dict[str, int] | None = None) -> ConsumerApp:
+def build_app(
+    specs: list[WorkloadSpec],
+    pool_sizes: dict[str, int] | None = None,
+    lake: Path | None = None,
+) -> ConsumerApp:
     """One app for every *enabled* spec; disabled ones are logged and left out."""
     enabled = []
     for spec in specs:
         if spec.enabled:
-            enabled.append(workload_from_spec(spec))
+            enabled.append(workload_from_spec(spec, lake))
         else:
             log.info("workload %s is disabled (enabled: false); not starting it", spec.name)
     return ConsumerApp(enabled, pool_sizes=pool_sizes)
@@ -104,9 +130,10 @@ def run_specs(
     until_idle: float | None = None,
     metrics_port: int | None = None,
     install_signal_handlers: bool = True,
+    lake: Path | None = None,
 ) -> list[WorkloadSummary]:
     """Run the workloads until a signal (graceful), idleness, or a source failure."""
-    app = build_app(specs, pool_sizes)
+    app = build_app(specs, pool_sizes, lake)
     if not app.workloads:
         return []
     server = serve_metrics(app, metrics_port) if metrics_port is not None else None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -27,6 +27,8 @@ from consumers.clock import Clock
 from consumers.commits import CommitOffset, CommitPlanner, PartitionKey
 from consumers.interceptors import Interceptor
 from consumers.invoke import Handler
+from consumers.landing import LandingSettings, LandingSink
+from consumers.landing_files import SourceIdentity, clear_from
 from consumers.lanes import Lane, Ordering, lane_router
 from consumers.outcomes import outcome_name
 from consumers.partition import PartitionState
@@ -66,6 +68,11 @@ class RunnerSettings:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     dead_letter: DeadLetterPolicy | None = None
     output_topic: str | None = None
+    landing: LandingSettings | None = None
+
+
+#: The identity of each topic's current incarnation (looked up at every assignment).
+Identify = Callable[[list[str]], dict[str, SourceIdentity]]
 
 
 class WorkloadRunner:
@@ -81,6 +88,7 @@ class WorkloadRunner:
         producer: AckedProducer | None = None,
         tap: Tap | None = None,
         interceptors: Sequence[Interceptor] = (),
+        identify: Identify | None = None,
     ) -> None:
         self.settings = settings
         self.counters = WorkloadCounters()
@@ -116,6 +124,13 @@ class WorkloadRunner:
         self._tap = tap
         #: Set when the workload must stop (safety valve, output write failure).
         self.failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.landing: LandingSink | None = None
+        self._identify = identify
+        self._identities: dict[str, SourceIdentity] = {}
+        if settings.landing is not None:
+            if identify is None:
+                raise ValueError(f"workload {settings.name!r}: landing needs source identities")
+            self.landing = LandingSink(settings.landing, clock)
         self._resolver = Resolver(
             settings.name,
             settings.retry,
@@ -127,6 +142,8 @@ class WorkloadRunner:
             complete=self._complete,
             requeue=self._requeue,
             fail=self._fail_workload,
+            landing=self.landing,
+            identity=self._identity,
         )
         self._sequenced = self._resolver.sequenced
         self._batched = settings.mode != "single"
@@ -139,6 +156,45 @@ class WorkloadRunner:
         """Start the commit timer and the timeout watchdog on the running loop."""
         self._tasks.append(asyncio.ensure_future(self._commit_timer()))
         self._tasks.append(asyncio.ensure_future(self._watchdog()))
+
+    def prepare_assignment(self, parts: Sequence[PartitionState]) -> None:
+        """Before the first record of ``parts`` is read (on the source's thread: it blocks).
+
+        Landing: look up the topics' current incarnation, and remove the landed files that the
+        records from each committed position on will be landed into again (keeping those a
+        previous owner completed; see :func:`consumers.landing_files.clear_from`).
+        """
+        settings = self.settings.landing
+        if settings is None or self._identify is None or not parts:
+            return
+        self._identities.update(self._identify(sorted({p.topic for p in parts})))
+        for part in parts:
+            if part.committed is None:
+                continue  # nothing committed: a replay rewrites the same names (Spark dedups)
+            removed = clear_from(
+                settings.lake,
+                settings.dataset,
+                self._identity(part.topic),
+                part.partition,
+                part.committed,
+                keep=part.skip,
+            )
+            if removed:
+                log.info(
+                    "workload %s: %s[%d] restarts at %d: removed %d landed files to land again",
+                    self.settings.name,
+                    part.topic,
+                    part.partition,
+                    part.committed,
+                    removed,
+                )
+
+    def _identity(self, topic: str) -> SourceIdentity:
+        identity = self._identities.get(topic)
+        if identity is None:
+            assert self._identify is not None
+            identity = self._identities[topic] = self._identify([topic])[topic]
+        return identity
 
     def assign(self, parts: Iterable[PartitionState]) -> None:
         self.last_ingest = self._clock.now()  # idleness counts from the assignment
@@ -159,10 +215,11 @@ class WorkloadRunner:
         drained = await wait_for(
             self._clock,
             self._progress,
-            # Outputs and dead letters still unacknowledged would be redone by the next owner.
+            # Outputs, dead letters and rows not yet landed would be redone by the next owner.
             lambda: (
                 all(p.in_flight == 0 for p in parts)
                 and (producer is None or producer.in_flight == 0)
+                and self._landed(parts)
             ),
             self.settings.drain_timeout,
         )
@@ -202,21 +259,32 @@ class WorkloadRunner:
                 lambda: producer.in_flight == 0,
                 self.settings.drain_timeout,
             )
+        if drained and self.landing is not None:
+            drained = await wait_for(
+                self._clock,
+                self._progress,
+                lambda: self._landed(self.parts.values()),
+                self.settings.drain_timeout,
+            )
         if not drained:
             log.warning(
-                "workload %s: %d records still running or unacknowledged after the %.1fs drain "
-                "deadline; committing below them",
+                "workload %s: %d records still running, unacknowledged or not landed after the "
+                "%.1fs drain deadline; committing below them",
                 self.settings.name,
-                len(self._workers) + (producer.in_flight if producer else 0),
+                len(self._workers) + (producer.in_flight if producer else 0) + self._unlanded(),
                 self.settings.drain_timeout,
             )
         for task in self._tasks:
             task.cancel()
         self._resolver.close()
+        if self.landing is not None:
+            self.landing.abort()
         return self._commits.plan(list(self.parts.values()), only_changed=False)
 
     def close(self) -> None:
         self._resolver.close()
+        if self.landing is not None:
+            self.landing.abort()
         for worker in list(self._workers):
             worker.task.cancel()
         self._caller.close()
@@ -275,7 +343,7 @@ class WorkloadRunner:
             if part.skip and rec.offset in part.skip:
                 part.skip.discard(rec.offset)
                 counters.skipped += 1
-                self._resolver.done(rec, ())
+                self._resolver.done(rec, (), land=False)  # a previous owner landed it
                 continue
             lane_id = route(rec.key)
             lane = part.lanes.get(lane_id)
@@ -446,7 +514,7 @@ class WorkloadRunner:
                     continue
                 if rec in superseded:
                     self.counters.superseded += 1
-                    self._resolver.done(rec, ())
+                    self._resolver.done(rec, (), land=False)
                     continue
                 outcome = outcomes.get(rec)
                 held = self._resolver.resolve(lane, rec, outcome, error)
@@ -469,8 +537,27 @@ class WorkloadRunner:
             self.counters.late_completions += 1
             return
         self._finish(rec, part, self._clock.now())
-        if self._producer is not None:
-            self._progress.set()  # drain may be waiting for acknowledgements
+        if self._producer is not None or self.landing is not None:
+            self._progress.set()  # drain may be waiting for acknowledgements or files
+
+    def _landed(self, parts: Iterable[PartitionState]) -> bool:
+        """True once nothing of ``parts`` waits to be landed; lands what is buffered (drain and
+        revoke call this after their handlers finished, so nothing new arrives)."""
+        landing = self.landing
+        if landing is None:
+            return True
+        waiting = False
+        for part in parts:
+            if landing.pending(part.topic, part.partition):
+                waiting = True
+                landing.flush_partition(part.topic, part.partition)
+        return not waiting
+
+    def _unlanded(self) -> int:
+        landing = self.landing
+        if landing is None:
+            return 0
+        return sum(landing.pending(p.topic, p.partition) for p in self.parts.values())
 
     def _requeue(self, lane: Lane, rec: Record) -> None:
         """A retry is due: the record goes back to the front of its lane, the lane to the front

@@ -291,13 +291,16 @@ class SourceThread:
         parts = []
         for tp in committed:
             skip = decode_done(tp.offset, tp.metadata) if tp.offset >= 0 else set()
-            part = PartitionState(tp.topic, tp.partition, skip)
+            position = tp.offset if tp.offset >= 0 else None
+            part = PartitionState(tp.topic, tp.partition, skip, position)
             self.assigned[(tp.topic, tp.partition)] = part
             parts.append(part)
         log.info(
             "workload %s: assigned %s", self.name, [f"{p.topic}[{p.partition}]" for p in parts]
         )
         assert self._runner is not None
+        # Blocking work (landing's topic ids and file clean-up) before any record is read.
+        self._runner.prepare_assignment(parts)
         self._post(("assign", parts))
 
     def _on_revoke(self, consumer: ConsumerLike, partitions: list[TopicPartition]) -> None:

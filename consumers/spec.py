@@ -46,6 +46,7 @@ from consumers.pulsar_options import check_pulsar_option, validate_pulsar_topic
 
 __all__ = [
     "KafkaSourceSpec",
+    "LandingSpec",
     "PermitSpec",
     "PulsarSourceSpec",
     "SourceSpec",
@@ -290,6 +291,28 @@ class OutputSpec(_Frozen):
     topic: TopicName
 
 
+_DATASET = re.compile(r"[a-z][a-z0-9_]{0,62}")
+
+
+def _check_dataset(value: str) -> str:
+    if not _DATASET.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not allowed: use 1-63 characters of lowercase letters, digits and '_', "
+            "starting with a letter (it becomes a directory of the lake and a Dagster asset key)"
+        )
+    return value
+
+
+class LandingSpec(_Frozen):
+    """Records land as Parquet under ``<lake>/landed/<dataset>/``; see docs/lake.md."""
+
+    dataset: Annotated[str, AfterValidator(_check_dataset)]
+    flush_rows: int = Field(default=50_000, ge=1)
+    flush_interval: Duration = Field(default=60.0, gt=0)
+    #: The directory level of a landed file; only the record's UTC day is supported.
+    partition_by: Literal["event_date"] = "event_date"
+
+
 class BatchSpec(_Frozen):
     """Batch and unique modes: at most ``size`` records, or what arrived within ``max_wait``."""
 
@@ -302,7 +325,8 @@ class WorkloadSpec(_Frozen):
 
     name: Name
     source: SourceSpec
-    handler: HandlerPath
+    #: Optional with ``landing`` (records then land as they are).
+    handler: HandlerPath | None = None
     ordering: Literal["key", "partition", "none"] = "key"
     virtual_partitions: int = Field(default=0, ge=0)
     concurrency: int = Field(default=100, ge=1)
@@ -317,6 +341,7 @@ class WorkloadSpec(_Frozen):
     retries: RetrySpec = RetrySpec()
     dead_letter: DeadLetterSpec | None = None
     output: OutputSpec | None = None
+    landing: LandingSpec | None = None
     interceptors: tuple[HandlerPath, ...] = ()
 
     @field_validator("dead_letter", "output")
@@ -339,6 +364,18 @@ class WorkloadSpec(_Frozen):
         ):
             if topic and topic in self.source.topics:
                 raise ValueError(f"{field} {topic!r} is also a source topic: that would loop")
+        if self.handler is None and self.landing is None:
+            raise ValueError("handler: required unless the workload only lands records (landing)")
+        if self.landing and self.output:
+            raise ValueError(
+                "landing and output: a workload either lands its records or forwards them to "
+                "an output topic; declare a second workload on the output topic to land that"
+            )
+        if self.landing and self.source.kind != "kafka":
+            raise ValueError(
+                "landing: only Kafka sources land so far (Pulsar message ids are not yet mapped "
+                "to stable lake positions)"
+            )
         if self.dead_letter and self.dead_letter.scheduled_replay and self.source.kind != "kafka":
             raise ValueError(
                 "dead_letter.scheduled_replay: replay reads Kafka dead-letter topics only; "
@@ -400,7 +437,14 @@ def spec_hash(spec: WorkloadSpec) -> str:
 
 
 def resolve_handler(spec: WorkloadSpec, *, file: str | None = None) -> Callable[..., object]:
-    """Import and return the spec's handler (cached per import path); SpecError on failure."""
+    """Import and return the spec's handler (cached per import path); SpecError on failure.
+
+    A landing workload without a handler gets one that lands every record as it is.
+    """
+    if spec.handler is None:
+        from consumers.landing import land_as_is
+
+        return land_as_is
     try:
         return import_callable(spec.handler)
     except HandlerImportError as exc:

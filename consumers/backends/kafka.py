@@ -5,8 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient
 
+from consumers.errors import BrokerError
+from consumers.landing_files import SourceIdentity
+from consumers.producer import producer_properties
 from consumers.source import ConsumerFactory, ConsumerLike
 
 #: Defaults the engine relies on; a workload's ``source.config`` may override the tunables.
@@ -36,6 +40,29 @@ def kafka_consumer_factory(config: Mapping[str, Any]) -> ConsumerFactory:
         return cast(ConsumerLike, Consumer(merged))
 
     return build
+
+
+def kafka_identities(config: Mapping[str, Any]) -> Callable[[list[str]], dict[str, SourceIdentity]]:
+    """Looks up the current incarnation (topic id) of topics, for the lake's file names.
+
+    A topic deleted and recreated under its name gets a new id, so its offsets (restarting at
+    0) never collide with the old incarnation's landed files.
+    """
+    cluster = str(config["bootstrap.servers"])
+
+    def identify(topics: list[str]) -> dict[str, SourceIdentity]:
+        admin = AdminClient(producer_properties(config))
+        futures = admin.describe_topics(TopicCollection(topics), request_timeout=10)
+        found = {}
+        for topic, future in futures.items():
+            try:
+                topic_id = str(future.result().topic_id)
+            except KafkaException as exc:
+                raise BrokerError(f"describing topic {topic!r} for landing failed: {exc}") from exc
+            found[topic] = SourceIdentity("kafka", cluster, topic, topic_id)
+        return found
+
+    return identify
 
 
 def committed_offsets(
