@@ -24,6 +24,7 @@ from consumers.interceptors import Interceptor
 from consumers.invoke import Handler
 from consumers.permits import LocalPermitPool, PermitPool
 from consumers.producer import AckedProducer, ProducerFactory
+from consumers.resolution import Position
 from consumers.runner import Identify, RunnerSettings, WorkloadRunner
 from consumers.source import ConsumerFactory, SourceThread
 from consumers.tap import Tap
@@ -48,6 +49,8 @@ class Workload:
     interceptors: tuple[Interceptor, ...] = ()
     #: Needed when the settings land records: the topics' current incarnations.
     identify: Identify | None = None
+    #: Lake positions when the source's offsets are per session (Pulsar).
+    position: Position | None = None
 
 
 @dataclass
@@ -166,6 +169,7 @@ class ConsumerApp:
             tap=self.tap,
             interceptors=workload.interceptors,
             identify=workload.identify,
+            position=workload.position,
         )
         source.attach(runner)
         self.sources[name] = source

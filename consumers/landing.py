@@ -6,7 +6,8 @@
                    (on the loop) ─► the engine completes its offset
 
 One buffer per (day, topic, partition): a file then holds one partition's records of one day,
-named by its first offset (:mod:`consumers.landing_files`). A write that fails with an
+named by its first offset (:mod:`consumers.landing_files`); Pulsar files also carry a digest of
+their positions, since a redelivery is not cut where the first delivery was. A write that fails with an
 ``OSError`` (disk full, permissions) is retried after a backoff with the same rows into the same
 name, the records uncommitted meanwhile; any other error fails the records' callbacks.
 
@@ -17,6 +18,7 @@ buffer at a time, so the loop never waits on a disk.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections import Counter, deque
@@ -64,8 +66,13 @@ class LandedFile:
     rows: int
 
 
-def land_as_is(record: Record) -> None:
-    """The handler of a landing workload that declares none: every record lands unchanged."""
+def _offset(row: LandedRow) -> int:
+    return row.offset
+
+
+async def land_as_is(record: Record) -> None:
+    """The handler of a landing workload that declares none: every record lands unchanged
+    (async, so the engine calls it on its loop instead of a thread)."""
     return None
 
 
@@ -174,8 +181,18 @@ class LandingSink:
     async def _land(self, buffer: _Buffer) -> None:
         settings = self.settings
         first = min(row.offset for row in buffer.rows)
+        content = None
+        if buffer.source.kind != "kafka":  # replays are cut elsewhere: never replace a file
+            positions = ",".join(str(row.offset) for row in sorted(buffer.rows, key=_offset))
+            content = hashlib.blake2b(positions.encode(), digest_size=6).hexdigest()
         path = landed_path(
-            settings.lake, settings.dataset, buffer.day, buffer.source, buffer.partition, first
+            settings.lake,
+            settings.dataset,
+            buffer.day,
+            buffer.source,
+            buffer.partition,
+            first,
+            content,
         )
         while True:
             try:

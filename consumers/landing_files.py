@@ -43,6 +43,7 @@ __all__ = [
     "clear_from",
     "default_lake",
     "landed_path",
+    "pack_pulsar_position",
     "write_landed",
 ]
 
@@ -103,10 +104,41 @@ def default_lake() -> Path:
 
 
 def landed_path(
-    lake: Path, dataset: str, day: date, source: SourceIdentity, partition: int, first: int
+    lake: Path,
+    dataset: str,
+    day: date,
+    source: SourceIdentity,
+    partition: int,
+    first: int,
+    content: str | None = None,
 ) -> Path:
-    name = f"{source.file_prefix()}-p{partition}-o{first}.parquet"
+    """``content``: a digest of the file's positions, for sources whose replays are not cut
+    at the same places (Pulsar); such files are never replaced, Spark dedups their rows."""
+    suffix = f"-{content}" if content else ""
+    name = f"{source.file_prefix()}-p{partition}-o{first}{suffix}.parquet"
     return lake / "landed" / dataset / f"event_date={day.isoformat()}" / name
+
+
+_LEDGER_BITS, _ENTRY_BITS, _BATCH_BITS = 28, 23, 12
+
+
+def pack_pulsar_position(ledger: int, entry: int, batch_index: int) -> int:
+    """A Pulsar message id as one ``_offset``: ordered like the ids, stable across sessions.
+
+    Ledger ids are unique in a cluster, so a recreated topic never reuses a position. Raises
+    ``ValueError`` past 2^28 ledgers, 2^23 entries per ledger (Pulsar rolls ledgers over at
+    50,000 entries by default) or 4,095 messages per batch.
+    """
+    batch = batch_index + 1  # -1 (not batched) becomes 0
+    if not (
+        0 <= ledger < 1 << _LEDGER_BITS
+        and 0 <= entry < 1 << _ENTRY_BITS
+        and 0 <= batch < 1 << _BATCH_BITS
+    ):
+        raise ValueError(
+            f"Pulsar message id ({ledger}:{entry}:{batch_index}) does not fit a lake position"
+        )
+    return (ledger << (_ENTRY_BITS + _BATCH_BITS)) | (entry << _BATCH_BITS) | batch
 
 
 def write_landed(

@@ -52,6 +52,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("lanehouse.outcomes")
 
 
+#: The lake position of (topic, partition, engine offset), for sources whose offsets are not
+#: stable across sessions (Pulsar's message ids).
+Position = Callable[[str, int, int], int]
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     max_attempts: int = 3
@@ -97,6 +102,7 @@ class Resolver:
         fail: Callable[[BaseException], None],
         landing: LandingSink | None = None,
         identity: Callable[[str], SourceIdentity] | None = None,
+        position: Position | None = None,
     ) -> None:
         if (dead_letter or output_topic) and producer is None:
             raise ValueError(f"workload {name!r}: outputs and dead letters need a producer")
@@ -111,6 +117,7 @@ class Resolver:
         self.immediate = not self.sequenced and dead_letter is None and landing is None
         self._landing = landing
         self._identity = identity
+        self._position = position
         self._producer = producer
         self._clock = clock
         self._counters = counters
@@ -218,7 +225,14 @@ class Resolver:
     def _land(self, rec: Record, value: bytes | None) -> None:
         assert self._landing is not None and self._identity is not None
         timestamp = rec.timestamp if rec.timestamp >= 0 else int(time.time() * 1000)
-        row = LandedRow(rec.partition, rec.offset, rec.key, value, timestamp)
+        offset = rec.offset
+        if self._position is not None:
+            try:
+                offset = self._position(rec.topic, rec.partition, rec.offset)
+            except (ValueError, KeyError) as exc:
+                self._fail(LandingError(f"workload {self.name}: no lake position: {exc}"))
+                return
+        row = LandedRow(rec.partition, offset, rec.key, value, timestamp)
         rec._pending += 1
 
         def on_landed(error: str | None) -> None:

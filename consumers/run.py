@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from consumers.app import ConsumerApp, Workload, WorkloadSummary
 from consumers.backends.kafka import kafka_consumer_factory, kafka_identities
@@ -14,10 +15,13 @@ from consumers.landing import LandingSettings
 from consumers.landing_files import default_lake
 from consumers.metrics import serve_metrics
 from consumers.producer import ProducerFactory, kafka_producer_factory
-from consumers.resolution import DeadLetterPolicy, RetryPolicy
-from consumers.runner import RunnerSettings
+from consumers.resolution import DeadLetterPolicy, Position, RetryPolicy
+from consumers.runner import Identify, RunnerSettings
 from consumers.source import ConsumerFactory
 from consumers.spec import PulsarSourceSpec, WorkloadSpec, resolve_handler, spec_hash
+
+if TYPE_CHECKING:
+    from consumers.backends.pulsar import PulsarSettings
 
 log = logging.getLogger("lanehouse.run")
 
@@ -72,30 +76,43 @@ def client_factories(spec: WorkloadSpec) -> tuple[ConsumerFactory, ProducerFacto
     """The consumer and producer factories for the spec's source kind."""
     source = spec.source
     if isinstance(source, PulsarSourceSpec):
-        from consumers.backends.pulsar import (
-            PulsarSettings,
-            pulsar_consumer_factory,
-            pulsar_producer_factory,
-        )
+        from consumers.backends.pulsar import pulsar_consumer_factory, pulsar_producer_factory
 
-        settings = PulsarSettings(
-            service_url=source.service_url,
-            subscription=source.subscription,
-            subscription_type=source.subscription_type,
-            client_options=source.client_options(),
-            consumer_options=source.consumer_options(),
-        )
+        settings = pulsar_settings(source)
         return pulsar_consumer_factory(settings), pulsar_producer_factory(settings)
     config = spec.client_config()
     return kafka_consumer_factory(config), kafka_producer_factory(config)
 
 
+def pulsar_settings(source: PulsarSourceSpec) -> PulsarSettings:
+    from consumers.backends.pulsar import PulsarSettings
+
+    return PulsarSettings(
+        service_url=source.service_url,
+        subscription=source.subscription,
+        subscription_type=source.subscription_type,
+        client_options=source.client_options(),
+        consumer_options=source.consumer_options(),
+    )
+
+
 def workload_from_spec(spec: WorkloadSpec, lake: Path | None = None) -> Workload:
     """Bind a spec to its handler and its broker's client factories (imports the handler)."""
     consumer_factory, producer_factory = client_factories(spec)
-    identify = None
-    if spec.landing is not None:  # the spec allows landing from Kafka only
-        identify = kafka_identities(spec.client_config())
+    identify: Identify | None = None
+    position: Position | None = None
+    if spec.landing is not None:
+        if isinstance(spec.source, PulsarSourceSpec):
+            from consumers.backends.pulsar import PulsarLandingPositions
+
+            positions = PulsarLandingPositions(pulsar_settings(spec.source))
+            consumer_factory, identify, position = (
+                positions.factory,
+                positions.identify,
+                positions.position,
+            )
+        else:
+            identify = kafka_identities(spec.client_config())
     return Workload(
         settings=settings_from_spec(spec, lake),
         handler=resolve_handler(spec),
@@ -105,6 +122,7 @@ def workload_from_spec(spec: WorkloadSpec, lake: Path | None = None) -> Workload
         producer_factory=producer_factory,
         interceptors=tuple(load_interceptor(import_callable(path)) for path in spec.interceptors),
         identify=identify,
+        position=position,
     )
 
 

@@ -35,7 +35,7 @@ from consumers.partition import PartitionState
 from consumers.permits import PermitPool
 from consumers.producer import AckedProducer
 from consumers.record import MessageLike, Record
-from consumers.resolution import DeadLetterPolicy, Resolver, RetryPolicy
+from consumers.resolution import DeadLetterPolicy, Position, Resolver, RetryPolicy
 from consumers.tap import Tap
 from consumers.workers import Worker, WorkloadCounters, first_of, wait_for
 
@@ -89,6 +89,7 @@ class WorkloadRunner:
         tap: Tap | None = None,
         interceptors: Sequence[Interceptor] = (),
         identify: Identify | None = None,
+        position: Position | None = None,
     ) -> None:
         self.settings = settings
         self.counters = WorkloadCounters()
@@ -144,6 +145,7 @@ class WorkloadRunner:
             fail=self._fail_workload,
             landing=self.landing,
             identity=self._identity,
+            position=position,
         )
         self._sequenced = self._resolver.sequenced
         self._batched = settings.mode != "single"

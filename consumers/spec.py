@@ -371,11 +371,6 @@ class WorkloadSpec(_Frozen):
                 "landing and output: a workload either lands its records or forwards them to "
                 "an output topic; declare a second workload on the output topic to land that"
             )
-        if self.landing and self.source.kind != "kafka":
-            raise ValueError(
-                "landing: only Kafka sources land so far (Pulsar message ids are not yet mapped "
-                "to stable lake positions)"
-            )
         if self.dead_letter and self.dead_letter.scheduled_replay and self.source.kind != "kafka":
             raise ValueError(
                 "dead_letter.scheduled_replay: replay reads Kafka dead-letter topics only; "

@@ -26,12 +26,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
+from urllib.parse import urlsplit
 
 import pulsar
 from confluent_kafka import OFFSET_INVALID, KafkaError, TopicPartition
 
 from consumers.errors import BrokerError
+from consumers.landing_files import SourceIdentity, pack_pulsar_position
 from consumers.producer import ProducerFactory, ProducerLike
 from consumers.record import PlainMessage
 from consumers.source import ConsumerFactory, ConsumerLike
@@ -272,6 +274,11 @@ class PulsarConsumer:
                     log.warning("closing the Pulsar %s failed: %s", type(closable).__name__, exc)
         self._consumer = self._client = None
 
+    def position(self, topic: str, partition: int, offset: int) -> int:
+        """The lake position of a held message (see :func:`pack_pulsar_position`)."""
+        _, (ledger, entry, batch) = self._held[(topic, partition)].by_offset[offset]
+        return pack_pulsar_position(ledger, entry, batch)
+
     # ------------------------------------------------------------ internals
 
     def _require(self) -> pulsar.Consumer:
@@ -367,6 +374,35 @@ def unacknowledged(
     finally:
         client.close()
     return found
+
+
+class PulsarLandingPositions:
+    """Lake positions and identities for a landing workload reading Pulsar.
+
+    The engine's Pulsar offsets are numbered afresh each session, so landed rows carry the
+    message id instead; it is known to the consumer the factory built, which this remembers.
+    """
+
+    def __init__(self, settings: PulsarSettings) -> None:
+        url = urlsplit(settings.service_url)
+        # Never credentials in the lake: only scheme, host and port name the cluster.
+        self.cluster = f"{url.scheme}://{url.hostname}" + (f":{url.port}" if url.port else "")
+        self._consumer: PulsarConsumer | None = None
+        self._factory = pulsar_consumer_factory(settings)
+
+    def factory(self, on_commit: Callable[[Any, list[TopicPartition]], None]) -> ConsumerLike:
+        consumer = self._factory(on_commit)
+        self._consumer = cast(PulsarConsumer, consumer)
+        return consumer
+
+    def identify(self, topics: list[str]) -> dict[str, SourceIdentity]:
+        # Ledger ids are unique in a cluster: positions never repeat, no topic id is needed.
+        return {topic: SourceIdentity("pulsar", self.cluster, topic, "") for topic in topics}
+
+    def position(self, topic: str, partition: int, offset: int) -> int:
+        if self._consumer is None:
+            raise RuntimeError("no Pulsar consumer yet")
+        return self._consumer.position(topic, partition, offset)
 
 
 def pulsar_consumer_factory(settings: PulsarSettings) -> ConsumerFactory:

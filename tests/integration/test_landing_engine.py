@@ -5,17 +5,26 @@ lose or duplicate a row."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pulsar
 import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from consumers.backends.kafka import committed_offsets, log_end_offsets
+from consumers.backends.pulsar import unacknowledged
+from consumers.embedded.pulsar import (
+    PULSAR_TEST_CLIENT_KWARGS,
+    PulsarLiteBroker,
+    validate_pulsar_topic,
+)
 from consumers.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
+from consumers.landing_files import pack_pulsar_position
 from consumers.outcomes import DeadLetter, Drop, Land
 from consumers.record import Record
 from consumers.run import build_app
@@ -281,3 +290,61 @@ def landing_count_safe(lake: Path) -> int:
         except FileNotFoundError:
             continue
     return total
+
+
+async def test_pulsar_records_land_once_at_their_message_ids(
+    pulsar_broker: PulsarLiteBroker, tmp_path: Path
+) -> None:
+    """Pulsar's engine offsets restart each session, so rows carry the message id as their
+    position: unique, stable, and the same after the messages are read again."""
+    topic, count = validate_pulsar_topic(f"landing-{uuid.uuid4().hex[:8]}"), 600
+    client = pulsar.Client(pulsar_broker.url, **PULSAR_TEST_CLIENT_KWARGS)
+    try:
+        producer = client.create_producer(topic, batching_enabled=True, block_if_queue_full=True)
+        ids: dict[int, int] = {}
+        stamps = [START_MS + i * (3 * DAY_MS // count) for i in range(count)]
+
+        def sent(i: int):  # type: ignore[no-untyped-def]
+            def done(result: pulsar.Result, mid: pulsar.MessageId) -> None:
+                assert result == pulsar.Result.Ok
+                ids[i] = pack_pulsar_position(mid.ledger_id(), mid.entry_id(), mid.batch_index())
+
+            return done
+
+        for i, stamp in enumerate(stamps):
+            producer.send_async(
+                str(i).encode(), sent(i), partition_key=f"u{i % 50}", event_timestamp=stamp
+            )
+        producer.flush()
+        wait_until(lambda: len(ids) == count, 10, message="send callbacks")
+    finally:
+        client.close()
+
+    def workload(subscription: str) -> WorkloadSpec:
+        return WorkloadSpec.model_validate(
+            {
+                "name": "lander",
+                "source": {
+                    "kind": "pulsar",
+                    "service_url": pulsar_broker.url,
+                    "topics": [topic],
+                    "subscription": subscription,
+                },
+                "landing": {"dataset": "orders", "flush_rows": 100, "flush_interval": "300ms"},
+                "commit_interval": "50ms",
+            }
+        )
+
+    await build_app([workload("s1")], lake=tmp_path / "a").run(until_idle=1.0)
+    await build_app([workload("s2")], lake=tmp_path / "b").run(until_idle=1.0)
+    first, second = landed(tmp_path / "a"), landed(tmp_path / "b")
+    assert {int(r["value"]): r["_offset"] for r in first} == ids  # type: ignore[call-overload]
+    assert len(first) == count and len({r["_offset"] for r in first}) == count
+    assert sorted(r["_offset"] for r in second) == sorted(ids.values())  # type: ignore[type-var]
+    assert {(r["_source_kind"], r["_cluster"], r["_topic_id"]) for r in first} == {
+        ("pulsar", pulsar_broker.url, "")
+    }
+    for r in first:
+        stamp = datetime.fromtimestamp(stamps[int(r["value"])] / 1000, tz=UTC)  # type: ignore[call-overload]
+        assert r["event_date"] == stamp.date().isoformat()
+    assert unacknowledged(pulsar_broker.url, "s1", topic) == []

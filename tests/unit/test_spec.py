@@ -561,3 +561,49 @@ def test_a_safety_valve_that_allows_no_dead_letter_is_refused(tmp_path: Path) ->
     err = spec_error(tmp_path, data, import_handler=False)
     assert err.field == "dead_letter"
     assert "allows no dead letter" in err.reason
+
+
+# --- landing -------------------------------------------------------------------------------
+
+
+def test_landing_defaults_and_an_optional_handler(tmp_path: Path) -> None:
+    data = spec_data(landing={"dataset": "clickstream"})
+    del data["handler"]
+    spec = load_spec(write(tmp_path, data), env={})
+    assert spec.landing is not None and spec.handler is None
+    assert (spec.landing.flush_rows, spec.landing.flush_interval) == (50_000, 60.0)
+    assert spec.landing.partition_by == "event_date"
+    from consumers.landing import land_as_is
+
+    assert resolve_handler(spec) is land_as_is
+
+
+@pytest.mark.parametrize(
+    ("landing", "field", "words"),
+    [
+        ({"dataset": "../x"}, "landing.dataset", "lowercase letters, digits and '_'"),
+        ({"dataset": "Click"}, "landing.dataset", "lowercase letters"),
+        ({"dataset": "a-b"}, "landing.dataset", "Dagster asset key"),
+        ({"dataset": "c", "flush_rows": 0}, "landing.flush_rows", "greater than or equal to 1"),
+        ({"dataset": "c", "flush_interval": "0s"}, "landing.flush_interval", "greater than 0"),
+        ({"dataset": "c", "partition_by": "hour"}, "landing.partition_by", "event_date"),
+        ({"flush_rows": 5}, "landing.dataset", "required"),
+    ],
+)
+def test_invalid_landing(tmp_path: Path, landing: dict[str, Any], field: str, words: str) -> None:
+    err = spec_error(tmp_path, spec_data(landing=landing), import_handler=False)
+    assert err.field == field
+    assert words in err.reason
+
+
+def test_a_handler_is_required_without_landing(tmp_path: Path) -> None:
+    data = spec_data()
+    del data["handler"]
+    err = spec_error(tmp_path, data, import_handler=False)
+    assert "handler: required unless" in str(err)
+
+
+def test_landing_and_output_are_exclusive(tmp_path: Path) -> None:
+    data = spec_data(landing={"dataset": "c"}, output={"topic": "out"})
+    err = spec_error(tmp_path, data, import_handler=False)
+    assert "either lands its records or forwards them" in str(err)
