@@ -9,6 +9,7 @@ Commands:
     demo      embedded brokers, a Kafka and a Pulsar stream, both workloads on one permit pool,
               a verified summary
     up        the platform: brokers, demo producers, Dagster with the discovery sensor
+    backfill  rebuild Spark assets for a day range: a UI backfill if Dagster is up, else here
     dead-letters list|replay   show a (Kafka) workload's dead letters, or republish them
     workloads list|status      workloads with their consumer runs and the engine's progress
 
@@ -50,6 +51,7 @@ from consumers.pulsar_options import validate_pulsar_topic
 from consumers.run import run_specs
 from consumers.sample import produce_pulsar_sample, produce_sample
 from consumers.spec import KafkaSourceSpec, PulsarSourceSpec, WorkloadSpec, load_specs
+from orchestration.backfill import backfill_command
 from orchestration.cli_workloads import workloads_app
 
 app = typer.Typer(
@@ -425,33 +427,41 @@ def consume(
 
 @app.command()
 def demo(
-    records: Annotated[
-        int, typer.Option(min=1, help="Records in the Kafka clickstream.")
-    ] = 200_000,
-    keys: Annotated[
-        int, typer.Option(min=1, help="Distinct users (keys) of the clickstream.")
-    ] = 1000,
+    days: Annotated[
+        int, typer.Option(min=1, max=31, help="UTC days of data, ending yesterday.")
+    ] = 3,
+    users: Annotated[int, typer.Option(min=1, max=10_000, help="Shop users (keys).")] = 200,
+    sessions: Annotated[
+        float, typer.Option(min=0.1, max=12.0, help="Sessions per user and day.")
+    ] = 2.0,
+    malformed: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Fraction of records corrupted on purpose.")
+    ] = 0.02,
     partitions: Annotated[int, typer.Option(min=1, help="Partitions of the Kafka topic.")] = 4,
-    orders: Annotated[
-        int, typer.Option(min=1, help="Records in the Pulsar orders stream.")
-    ] = 50_000,
-    customers: Annotated[
-        int, typer.Option(min=1, help="Distinct customers (keys) of the orders.")
-    ] = 500,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            file_okay=False,
+            help="State directory (default: $LANEHOUSE_HOME or .lanehouse); the lake is "
+            "<state>/demo/lake, emptied first.",
+        ),
+    ] = None,
 ) -> None:
-    """Embedded Kafka and Pulsar → a clickstream and an orders stream → both workloads run to
-    completion in one process on one permit pool → a verified summary (exit 1 if a check fails).
-    """
+    """Embedded Kafka and Pulsar → a shop's clicks and orders over several days → both
+    workloads land them → the Spark assets for those days → a reconciliation table per day
+    (exit 1 unless everything reconciles)."""
     from orchestration.demo import run_demo
+    from orchestration.instance import state_dir as resolve_state_dir
 
     try:
         ok = run_demo(
-            records=records,
-            keys=keys,
+            err_console,
+            state=resolve_state_dir(state_dir),
+            days=days,
+            users=users,
+            sessions=sessions,
+            malformed=malformed,
             partitions=partitions,
-            console=err_console,
-            orders=orders,
-            customers=customers,
         )
     except LanehouseError as exc:
         _error(str(exc))
@@ -499,6 +509,7 @@ def up(
         raise typer.Exit(1) from exc
 
 
+app.command("backfill")(backfill_command)
 app.add_typer(workloads_app)
 
 # --------------------------------------------------------------------------- dead letters

@@ -34,6 +34,7 @@ thread: the engine's loop runs there, and so does the reporting task.
 # No ``from __future__ import annotations``: Dagster reads the op's ``config`` annotation at
 # definition time and cannot resolve it from a string.
 import asyncio
+import hashlib
 import signal
 import threading
 from collections.abc import Iterator
@@ -44,6 +45,7 @@ from typing import Final
 
 from dagster import (
     AssetKey,
+    AssetMaterialization,
     AssetObservation,
     Config,
     DagsterExecutionInterruptedError,
@@ -59,10 +61,13 @@ from pydantic import Field
 from consumers.app import ConsumerApp, WorkloadSummary
 from consumers.config_utils import read_yaml_mapping, spec_files
 from consumers.errors import SpecError
+from consumers.landing import LandedFile
 from consumers.metrics import WorkloadSnapshot, key_label, workload_snapshot
 from consumers.run import build_app
 from consumers.spec import WorkloadSpec, load_spec, spec_hash
 from orchestration.heartbeat import HEARTBEAT_SECONDS, write_heartbeat
+from orchestration.instance import lake_dir
+from orchestration.lake_assets import LAKE_PARTITIONS, landed_key
 from orchestration.workloads import (
     CONSUMER_JOB_NAME,
     SPEC_HASH_TAG,
@@ -298,8 +303,59 @@ def topic_metadata(
     }
 
 
+#: Data version tag of a materialization (``dagster.DATA_VERSION_TAG`` is not exported).
+DATA_VERSION_TAG: Final = "dagster/data_version"
+
+
+def landed_materializations(
+    files: list[LandedFile], workload: str, digest: str
+) -> tuple[list[AssetMaterialization], list[LandedFile]]:
+    """One materialization of ``landed_<dataset>`` per (dataset, day) among ``files``; and the
+    files of days the lake's partitions do not have (a record timestamped before
+    ``LANEHOUSE_LAKE_START`` or in the future), which cannot be reported with a partition.
+
+    The data version is a digest of the files' names and row counts, so downstream Spark
+    assets of that day show as stale after each new file.
+    """
+    groups: dict[tuple[str, str], list[LandedFile]] = {}
+    outside: list[LandedFile] = []
+    for file in files:
+        day = file.day.isoformat()
+        if LAKE_PARTITIONS.has_partition_key(day):
+            groups.setdefault((file.dataset, day), []).append(file)
+        else:
+            outside.append(file)
+    events = []
+    for (dataset, day), group in sorted(groups.items()):
+        ranges: dict[str, list[str]] = {}
+        for file in group:
+            label = f"{file.topic}[{file.partition}]"
+            ranges.setdefault(label, []).append(f"{file.first_offset}-{file.last_offset}")
+        version = hashlib.sha256(
+            "\n".join(f"{f.path.name}:{f.rows}" for f in group).encode()
+        ).hexdigest()[:16]
+        events.append(
+            AssetMaterialization(
+                asset_key=landed_key(dataset),
+                partition=day,
+                description=f"{len(group)} landed files from workload {workload}",
+                metadata={
+                    "rows": sum(f.rows for f in group),
+                    "files": len(group),
+                    "offset_ranges": ranges,
+                    "paths": [str(f.path) for f in group],
+                    "workload": workload,
+                    "spec_hash": digest,
+                },
+                tags={DATA_VERSION_TAG: version},
+            )
+        )
+    return events, outside
+
+
 class Reporter:
-    """Observes each source topic asset from engine snapshots (on the op's thread only)."""
+    """Observes each source topic asset from engine snapshots, and reports landed files as
+    materializations (on the op's thread only)."""
 
     def __init__(self, context: OpExecutionContext, app: ConsumerApp, spec: WorkloadSpec) -> None:
         self._context = context
@@ -311,6 +367,7 @@ class Reporter:
         }
         self._since = app.clock.now()
         self._completed = 0
+        self._digest = spec_hash(spec)
 
     async def every(self, seconds: float) -> None:
         while True:
@@ -329,10 +386,25 @@ class Reporter:
         for topic, key in self._keys.items():
             metadata = topic_metadata(snap, topic, throughput, status)
             self._context.log_event(AssetObservation(asset_key=key, metadata=metadata))
+        landing = self._app.runners[self._name].landing
+        if landing is not None:
+            self._report_landed(landing.take_landed())
         # log_event has already written the events to the instance; the context also keeps
         # them (~4 KB each) until the op returns, which for a consumer is weeks: drop them.
         for _ in self._context.consume_events():
             pass
+
+    def _report_landed(self, files: list[LandedFile]) -> None:
+        events, outside = landed_materializations(files, self._name, self._digest)
+        for event in events:
+            self._context.log_event(event)
+        if outside:
+            days = sorted({f.day.isoformat() for f in outside})
+            self._context.log.warning(
+                f"workload {self._name}: {sum(f.rows for f in outside)} rows landed for days "
+                f"outside the lake's partitions ({', '.join(days[:5])}); they are in the lake "
+                "but not reported to Dagster (see LANEHOUSE_LAKE_START)"
+            )
 
 
 # ---------------------------------------------------------------------------- the job
@@ -382,7 +454,7 @@ def consume(context: OpExecutionContext, config: ConsumerRunConfig) -> None:
             "running the current file"
         )
     pool_sizes = {spec.permits.pool: config.pool_size} if config.pool_size else None
-    app = build_app([spec], pool_sizes)
+    app = build_app([spec], pool_sizes, lake=lake_dir())
     stop = StopRequests(app, context)
     reporter = Reporter(context, app, spec)
     context.log.info(

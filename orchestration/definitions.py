@@ -5,23 +5,26 @@
   discovery sensor reports it);
 - the consumer job (one long-running run per workload partition);
 - the discovery sensor, which keeps one consumer run per enabled workload;
-- the dead-letter replay job and its schedule (off until switched on in the UI).
-
-Spark assets come with the landing issue.
+- the dead-letter replay job and its schedule (off until switched on in the UI);
+- the lake (docs/lake.md): ``landed_<dataset>`` assets fed by those topics, the Spark assets
+  and their checks, the ``spark_daily`` job, the closed-day sensor and two schedules.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-from dagster import AssetSpec, Definitions
+from dagster import AssetSpec, Definitions, build_sensor_for_freshness_checks
 
 from consumers.spec import WorkloadSpec
 from orchestration.registry import read_registry
 from orchestration.workloads import SourceKind, topic_asset_key, workloads_dir
 
+#: Evaluates the landed freshness checks (Dagster's factory; starts stopped).
+LANDED_FRESHNESS_SENSOR: Final = "landed_freshness"
 _KINDS: Final[Mapping[SourceKind, str]] = {"kafka": "Kafka", "pulsar": "Pulsar"}
 
 
@@ -60,13 +63,34 @@ def build_definitions(directory: Path) -> Definitions:
     from orchestration.consumer_job import consumer_job
     from orchestration.dead_letter_replay import dead_letter_replay_schedule, replay_job
     from orchestration.discovery import workload_discovery_sensor
+    from orchestration.lake_assets import (
+        SPARK_JOB,
+        landed_assets,
+        landed_freshness_checks,
+        spark_assets,
+        spark_resource,
+    )
+    from orchestration.lake_automation import SCHEDULES, SENSORS
 
     specs = read_registry(directory).specs() if directory.is_dir() else []
+    landed = landed_assets(specs)
+    freshness = landed_freshness_checks(landed)
+    with warnings.catch_warnings():  # superseded in 1.13, see landed_freshness_checks
+        warnings.filterwarnings("ignore", message=".*build_sensor_for_freshness_checks")
+        freshness_sensor = build_sensor_for_freshness_checks(
+            freshness_checks=freshness, name=LANDED_FRESHNESS_SENSOR
+        )
     return Definitions(
-        assets=topic_assets(specs),
-        jobs=[consumer_job, replay_job],
-        schedules=[dead_letter_replay_schedule],
-        sensors=[workload_discovery_sensor],
+        assets=[*topic_assets(specs), *landed, *spark_assets()],
+        asset_checks=freshness,
+        jobs=[consumer_job, replay_job, SPARK_JOB],
+        schedules=[dead_letter_replay_schedule, *SCHEDULES],
+        sensors=[
+            workload_discovery_sensor,
+            *SENSORS,
+            freshness_sensor,
+        ],
+        resources={"pyspark": spark_resource()},
     )
 
 

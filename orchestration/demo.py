@@ -1,20 +1,27 @@
-"""``make demo``: the platform's main job on embedded defaults, verified end to end.
+"""``make demo``: the platform's main job on embedded defaults, end to end and verified.
 
-Starts Tansu and pulsar-lite, writes a keyed clickstream to Kafka and a stream of orders keyed
-by customer to Pulsar, then runs both example workloads (``workloads/clickstream.yaml`` and
-``workloads/orders.yaml``) in one process, drawing on one permit pool, until both streams are
-drained. Then it checks what matters, per workload: every record handled, per-key order never
-violated, and everything committed (Kafka: committed offsets equal to the log end; Pulsar: no
-message left unacknowledged on the subscription).
+    embedded Tansu + pulsar-lite ─► a shop's clicks (Kafka) and orders (Pulsar) over the last
+    few UTC days, some malformed on purpose (orchestration.demo_events) ─► both example
+    workloads (workloads/clickstream.yaml, workloads/orders.yaml) in one process on one permit
+    pool, landing into a fresh lake until caught up ─► the Spark assets for those days in one
+    Dagster run ─► a reconciliation table per day
+
+It exits non-zero unless everything reconciles: each workload handled every record in per-key
+order and committed everything; per day, what was produced landed (or was dead-lettered), and
+every landed row is clean, quarantined or a duplicate, in exactly the numbers the generator
+says it made valid and malformed records.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Final, TypeVar
 
@@ -26,19 +33,17 @@ from consumers.backends.kafka import committed_offsets, log_end_offsets
 from consumers.embedded.pulsar import start_pulsar_lite
 from consumers.embedded.tansu import start_tansu
 from consumers.errors import SpecError
-from consumers.examples import ORDER
+from consumers.examples import TIME_ORDER
 from consumers.permits import LocalPermitPool
 from consumers.run import build_app
-from consumers.sample import produce_pulsar_sample, produce_sample
 from consumers.spec import KafkaSourceSpec, PulsarSourceSpec, WorkloadSpec, load_spec
+from orchestration.backfill import DayCounts, RangeRun
+from orchestration.demo_events import DemoRecord, expected_per_day, generate
+from orchestration.demo_producers import produce_kafka, produce_pulsar
 
 WORKLOADS = Path(__file__).resolve().parent.parent / "workloads"
 SPEC = WORKLOADS / "clickstream.yaml"
 ORDERS_SPEC = WORKLOADS / "orders.yaml"
-#: Key prefixes of the two streams: both workloads run the same order-checking handler, so
-#: their keys must differ (``user-7`` and ``customer-7`` are two keys).
-USER_PREFIX: Final = "user-"
-CUSTOMER_PREFIX: Final = "customer-"
 _WATCH_INTERVAL: Final = 0.005  # seconds between samples of the permit pools and progress
 _Source = TypeVar("_Source", KafkaSourceSpec, PulsarSourceSpec)
 
@@ -75,50 +80,114 @@ class Outcome:
     watched: Watched
 
 
+@dataclass(frozen=True)
+class DayRow:
+    """One day of one stream in the reconciliation table."""
+
+    stream: str
+    day: date
+    produced: int
+    expected_valid: int
+    expected_malformed: int
+    counts: DayCounts | None  # None: the Spark run reported nothing for this day
+
+    @property
+    def ok(self) -> bool:
+        c = self.counts
+        return (
+            c is not None
+            and c.landed == self.produced
+            and c.clean == self.expected_valid
+            and c.quarantined == self.expected_malformed
+            and c.duplicates == 0
+            and c.unaccounted == 0
+        )
+
+
+def demo_days(days: int, today: date | None = None) -> list[date]:
+    """The ``days`` UTC days before today: closed days, as the Spark automation expects."""
+    today = today or datetime.now(UTC).date()
+    return [today - timedelta(days=n) for n in range(days, 0, -1)]
+
+
+@contextmanager
+def _lake_env(lake: Path) -> Iterator[None]:
+    """``LANEHOUSE_LAKE`` for the Spark assets run in this process, restored afterwards."""
+    previous = os.environ.get("LANEHOUSE_LAKE")
+    os.environ["LANEHOUSE_LAKE"] = str(lake)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("LANEHOUSE_LAKE", None)
+        else:
+            os.environ["LANEHOUSE_LAKE"] = previous
+
+
 def run_demo(
-    records: int,
-    keys: int,
-    partitions: int,
     console: Console,
     *,
-    orders: int = 50_000,
-    customers: int = 500,
+    state: Path,
+    days: int = 3,
+    users: int = 200,
+    sessions: float = 2.0,
+    malformed: float = 0.02,
+    partitions: int = 4,
 ) -> bool:
-    """Run the demo; print a summary table; True when every check passed."""
+    """Run the demo; print the tables; True when everything reconciled.
+
+    The lake is ``<state>/demo/lake``, emptied first, so every run starts from nothing.
+    """
+    dates = demo_days(days)
+    records = list(
+        generate(
+            dates,
+            users=users,
+            sessions_per_user_per_day=sessions,
+            malformed_fraction=malformed,
+            seed=0,
+        )
+    )
+    clicks_in = [r for r in records if r.stream == "clicks"]
+    orders_in = [r for r in records if r.stream == "orders"]
+    root = state / "demo"
+    shutil.rmtree(root, ignore_errors=True)
+    lake = (root / "lake").resolve()
     with start_tansu() as kafka, start_pulsar_lite() as pulsar:
         console.print(f"Embedded Kafka (Tansu) at {kafka.bootstrap}")
         console.print(f"Embedded Pulsar (pulsar-lite) at {pulsar.url}")
         env = {**os.environ, "KAFKA_BOOTSTRAP": kafka.bootstrap, "PULSAR_URL": pulsar.url}
         clicks, kafka_source = _load(SPEC, env, KafkaSourceSpec)
         order_spec, pulsar_source = _load(ORDERS_SPEC, env, PulsarSourceSpec)
-        topic = kafka_source.topics[0]
-        produce_sample(
-            kafka.bootstrap, topic, records, keys, partitions=partitions, key_prefix=USER_PREFIX
+        topic, orders_topic = kafka_source.topics[0], pulsar_source.topics[0]
+        produce_kafka(kafka.bootstrap, topic, clicks_in, partitions)
+        produce_pulsar(pulsar.url, orders_topic, orders_in)
+        console.print(
+            f"Produced {len(clicks_in):,} clicks to {topic} and {len(orders_in):,} orders to "
+            f"{orders_topic}, {dates[0]} to {dates[-1]}, "
+            f"{sum(not r.valid for r in records):,} malformed on purpose"
         )
-        console.print(f"Produced {records:,} click events over {keys:,} users to {topic}")
-        orders_topic = produce_pulsar_sample(
-            pulsar.url, pulsar_source.topics[0], orders, customers, key_prefix=CUSTOMER_PREFIX
-        ).topic
-        console.print(f"Produced {orders:,} orders over {customers:,} customers to {orders_topic}")
 
-        ORDER.reset()
-        app = build_app([clicks, order_spec])
+        TIME_ORDER.reset()
+        app = build_app([clicks, order_spec], lake=lake)
         started = time.monotonic()
         summaries, watched = asyncio.run(_run_watching(app, until_idle=1.0))
         seconds = time.monotonic() - started
         committed = committed_offsets(kafka.bootstrap, kafka_source.group, topic, partitions)
         ends = log_end_offsets(kafka.bootstrap, topic, partitions)
         unacked = pulsar_unacknowledged(pulsar.url, orders_topic, pulsar_source.subscription)
+    console.print(f"Consumed and landed in {seconds:.1f} s (incl. group join, 1 s idle check)")
 
     completed = {summary.name: summary.counters["completed"] for summary in summaries}
+    dead = {summary.name: summary.counters["dead_lettered"] for summary in summaries}
     outcomes = [
         Outcome(
             label=f"{clicks.name} (Kafka)",
             topic=topic,
-            produced=records,
-            handled=completed.get(clicks.name, 0),
-            keys=_keys(USER_PREFIX),
-            violations=_violations(USER_PREFIX),
+            produced=len(clicks_in),
+            handled=completed.get(clicks.name, 0) + dead.get(clicks.name, 0),
+            keys=TIME_ORDER.keys(topic),
+            violations=TIME_ORDER.violations[topic],
             committed=f"{sum(committed.values()):,} / {sum(ends.values()):,} (offsets)",
             committed_all=committed == ends,
             watched=watched[clicks.name],
@@ -126,25 +195,94 @@ def run_demo(
         Outcome(
             label=f"{order_spec.name} (Pulsar)",
             topic=orders_topic,
-            produced=orders,
-            handled=completed.get(order_spec.name, 0),
-            keys=_keys(CUSTOMER_PREFIX),
-            violations=_violations(CUSTOMER_PREFIX),
-            committed=f"{orders - unacked:,} / {orders:,} (acknowledged)",
+            produced=len(orders_in),
+            handled=completed.get(order_spec.name, 0) + dead.get(order_spec.name, 0),
+            keys=TIME_ORDER.keys(orders_topic),
+            violations=TIME_ORDER.violations[orders_topic],
+            committed=f"{len(orders_in) - unacked:,} / {len(orders_in):,} (acknowledged)",
             committed_all=unacked == 0,
             watched=watched[order_spec.name],
         ),
     ]
-    ok = _print_summary(outcomes, console)
-    console.print(f"Wall time incl. group join and 1 s idle check: {seconds:.1f} s")
-    return ok
+    consumed_ok = _print_summary(outcomes, console)
+
+    console.print(f"Materializing the Spark assets for {dates[0]} to {dates[-1]} (one run)...")
+    started = time.monotonic()
+    with _lake_env(lake):
+        run = _materialize(dates)
+    console.print(
+        f"Spark run {run.run_id}: {'succeeded' if run.success else 'FAILED'} "
+        f"in {time.monotonic() - started:.1f} s"
+    )
+    rows = reconciliation_rows(records, run, {"clicks": clicks, "orders": order_spec})
+    reconciled = print_reconciliation(rows, dead, console)
+    console.print(f"Lake: {lake}")
+    return consumed_ok and run.success and run.checks_passed and reconciled
+
+
+def _materialize(dates: list[date]) -> RangeRun:
+    from dagster import DagsterInstance
+
+    from orchestration.backfill import materialize_days
+
+    with DagsterInstance.ephemeral() as instance:
+        return materialize_days(dates[0], dates[-1], instance=instance, log_level="WARNING")
+
+
+def reconciliation_rows(
+    records: list[DemoRecord], run: RangeRun, specs: dict[str, WorkloadSpec]
+) -> list[DayRow]:
+    """What the generator made, beside what the Spark run counted, per stream and day."""
+    expected = expected_per_day(records)
+    rows = []
+    for stream, spec in specs.items():
+        assert spec.landing is not None, f"{spec.name} must land (workloads/{spec.name}.yaml)"
+        counted = run.reconciliation.get(f"landed_{spec.landing.dataset}", {})
+        for day in sorted(expected):
+            numbers = expected[day]
+            rows.append(
+                DayRow(
+                    stream,
+                    day,
+                    numbers[f"{stream}_produced"],
+                    numbers[f"{stream}_valid"],
+                    numbers[f"{stream}_malformed"],
+                    counted.get(day),
+                )
+            )
+    return rows
+
+
+def print_reconciliation(rows: list[DayRow], dead: dict[str, int], console: Console) -> bool:
+    """The per-day table; True when every day reconciles and nothing was dead-lettered
+    without being accounted for (the demo handlers dead-letter nothing)."""
+    table = Table(title="Per day: produced = landed = clean + quarantined + duplicates")
+    for column in ("stream", "day", "produced", "landed", "clean", "quarantined", "dupes", "ok"):
+        table.add_column(column, justify="left" if column in ("stream", "day") else "right")
+    for row in rows:
+        c = row.counts
+        expected = f"{row.expected_valid:,} clean / {row.expected_malformed:,} malformed"
+        table.add_row(
+            row.stream,
+            row.day.isoformat(),
+            f"{row.produced:,}",
+            f"{c.landed:,}" if c else "-",
+            f"{c.clean:,}" if c else "-",
+            f"{c.quarantined:,}" if c else "-",
+            f"{c.duplicates:,}" if c else "-",
+            _yes(row.ok) if row.ok else f"{_yes(False)} (expected {expected})",
+        )
+    console.print(table)
+    dead_total = sum(dead.values())
+    console.print(f"Dead-lettered by the workloads: {dead_total:,}")
+    return all(row.ok for row in rows) and dead_total == 0
 
 
 def _print_summary(outcomes: list[Outcome], console: Console) -> bool:
     """One column per workload, checks last; True when every check passed."""
     pools = {outcome.watched.pool for outcome in outcomes}
     shared = len(pools) == 1 and None not in pools
-    table = Table(title="Lanehouse demo: two workloads, one process, one permit pool")
+    table = Table(title="Consuming: two workloads, one process, one permit pool")
     table.add_column("measure")
     for outcome in outcomes:
         table.add_column(outcome.label, justify="right", overflow="fold")
@@ -173,15 +311,6 @@ def _print_summary(outcomes: list[Outcome], console: Console) -> bool:
         table.add_row(name, *(_yes(check(outcome)) for outcome in outcomes))
     console.print(table)
     return all(check(outcome) for check in checks.values() for outcome in outcomes)
-
-
-def _keys(prefix: str) -> int:
-    return sum(1 for key in ORDER.last if key is not None and key.startswith(prefix.encode()))
-
-
-def _violations(prefix: str) -> int:
-    marker = prefix.encode()
-    return sum(1 for key, _, _ in ORDER.violations if key is not None and key.startswith(marker))
 
 
 def _yes(ok: bool) -> str:

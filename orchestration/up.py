@@ -32,7 +32,7 @@ from typing import Any, Final
 from consumers.embedded.child import BrokerProcess
 from consumers.errors import LanehouseError
 from consumers.spec import KafkaSourceSpec, PulsarSourceSpec, WorkloadSpec
-from orchestration.instance import prepare_dagster_home
+from orchestration.instance import lake_dir, prepare_dagster_home
 from orchestration.workloads import (
     CONSUMER_JOB_NAME,
     DISCOVERY_SENSOR_NAME,
@@ -102,6 +102,8 @@ class Platform:
             "KAFKA_BOOTSTRAP": kafka.bootstrap,
             "PULSAR_URL": pulsar.url,
             "LANEHOUSE_WORKLOADS": str(s.workloads.resolve()),
+            # Consumer runs land, and Spark runs read, in this state dir's lake.
+            "LANEHOUSE_LAKE": str(lake_dir(s.state)),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
         }
         self._start_producers()

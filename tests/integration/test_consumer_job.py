@@ -475,3 +475,49 @@ def test_a_missing_disabled_or_invalid_workload_fails_naming_it(
     register(instance, name)
     with pytest.raises(Failure, match=message):
         consumer_job.execute_in_process(partition_key=name, instance=instance)
+
+
+def test_landed_files_are_reported_as_materializations_per_day(
+    kafka_broker: TansuBroker,
+    instance: DagsterInstance,
+    workloads: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A landing workload's run reports ``landed_<dataset>`` per day: rows add up to what the
+    lake holds for that day, with offset ranges, paths and a data version."""
+    from tests.integration.test_landing_engine import landed, landing_count_safe, produce_days
+
+    topic, count = f"consumer-job-landing-{uuid.uuid4().hex[:8]}", 900
+    create_topic(kafka_broker.bootstrap, topic, 2)
+    produce_days(kafka_broker.bootstrap, topic, count, 2)
+    lake = tmp_path / "lake"
+    monkeypatch.setenv("LANEHOUSE_LAKE", str(lake))
+    (workloads / "lander.yaml").write_text(
+        f"name: lander\n{source_yaml(kafka_broker, topic, 'lander-group')}"
+        "commit_interval: 100ms\n"
+        "landing: {dataset: events, flush_rows: 100, flush_interval: 200ms}\n"
+    )
+    register(instance, "lander")
+    operator = Operator(instance, (lambda: landing_count_safe(lake) == count, "canceling"))
+    operator.start()
+    execute(instance, "lander")
+    operator.join(5)
+    assert operator.error is None, operator.error
+
+    per_day: dict[str, int] = {}
+    for row in landed(lake):
+        per_day[str(row["event_date"])] = per_day.get(str(row["event_date"]), 0) + 1
+    key = AssetKey("landed_events")
+    records = instance.fetch_materializations(key, limit=1000).records
+    reported: dict[str, int] = {}
+    for record in records:
+        event = record.asset_materialization
+        assert event is not None and event.partition is not None
+        metadata = {k: v.value for k, v in event.metadata.items()}
+        reported[event.partition] = reported.get(event.partition, 0) + int(metadata["rows"])
+        assert set(metadata["offset_ranges"]) <= {f"{topic}[0]", f"{topic}[1]"}
+        assert all(Path(p).exists() for p in metadata["paths"])
+        assert len(event.tags["dagster/data_version"]) == 16
+    assert reported == per_day and sum(reported.values()) == count
+    assert set(reported) == {"2026-11-18", "2026-11-19", "2026-11-20"}

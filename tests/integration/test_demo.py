@@ -3,34 +3,96 @@
 from __future__ import annotations
 
 import io
+from datetime import date
+from pathlib import Path
 
 import pulsar
 import pytest
 from rich.console import Console
 
 from consumers.embedded.pulsar import PULSAR_TEST_CLIENT_KWARGS, PulsarLiteBroker
-from orchestration.demo import Outcome, Watched, _print_summary, pulsar_unacknowledged, run_demo
+from orchestration.backfill import DayCounts
+from orchestration.demo import (
+    DayRow,
+    Outcome,
+    Watched,
+    _print_summary,
+    demo_days,
+    print_reconciliation,
+    pulsar_unacknowledged,
+    run_demo,
+)
+from orchestration.demo_events import generate
 from tests.backends import PulsarBackend
 
 pytestmark = pytest.mark.integration
 
 
-def test_demo_runs_and_verifies_itself() -> None:
+def test_demo_runs_end_to_end_and_reconciles(tmp_path: Path) -> None:
     out = io.StringIO()
     ok = run_demo(
-        records=3000,
-        keys=50,
+        Console(file=out, width=200),
+        state=tmp_path,
+        days=2,
+        users=30,
+        sessions=1.0,
+        malformed=0.05,
         partitions=2,
-        orders=2000,
-        customers=40,
-        console=Console(file=out, width=200),
     )
     text = out.getvalue()
     assert ok, text
     assert "clickstream (Kafka)" in text and "orders (Pulsar)" in text
-    assert "3,000 / 3,000 (offsets)" in text and "2,000 / 2,000 (acknowledged)" in text
     assert "persistent://public/default/orders" in text
     assert "NO" not in text
+    days = demo_days(2)
+    records = list(generate(days, users=30, sessions_per_user_per_day=1.0, malformed_fraction=0.05))
+    clicks = sum(r.stream == "clicks" for r in records)
+    assert f"{clicks:,} / {clicks:,} (offsets)" in text
+    for day in days:  # one reconciled row per stream and day
+        for stream in ("clicks", "orders"):
+            [row] = [
+                line
+                for line in text.splitlines()
+                if line.startswith(f"│ {stream}") and str(day) in line
+            ]
+            assert row.rstrip(" │").endswith("yes"), row
+    lake = tmp_path / "demo" / "lake"
+    assert {p.name for p in (lake / "landed").iterdir()} == {"clickstream", "orders"}
+    assert (lake / "tables" / "clean_clicks").is_dir()
+
+
+def day_row(**changes: object) -> DayRow:
+    counts = DayCounts(landed=10, clean=8, quarantined=2, duplicates=0, unaccounted=0)
+    fields: dict[str, object] = {
+        "stream": "clicks",
+        "day": date(2026, 11, 20),
+        "produced": 10,
+        "expected_valid": 8,
+        "expected_malformed": 2,
+        "counts": counts,
+        **changes,
+    }
+    return DayRow(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"produced": 11},
+        {"expected_valid": 9, "expected_malformed": 1},
+        {"counts": None},
+        {"counts": DayCounts(landed=10, clean=7, quarantined=2, duplicates=1, unaccounted=0)},
+        {"counts": DayCounts(landed=10, clean=8, quarantined=1, duplicates=0, unaccounted=1)},
+    ],
+    ids=str,
+)
+def test_reconciliation_fails_when_one_day_does_not_add_up(bad: dict[str, object]) -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=200)
+    assert print_reconciliation([day_row(), day_row(stream="orders")], {"w": 0}, console)
+    assert not print_reconciliation([day_row(), day_row(**bad)], {"w": 0}, console)
+    assert "NO (expected" in out.getvalue()
+    assert not print_reconciliation([day_row()], {"w": 1}, console)  # an unexplained dead letter
 
 
 def outcome(**changes: object) -> Outcome:

@@ -12,9 +12,9 @@ from consumers.spec import WorkloadSpec
 pytestmark = pytest.mark.unit
 
 
-def spec(name: str, source: dict[str, Any]) -> WorkloadSpec:
+def spec(name: str, source: dict[str, Any], **extra: Any) -> WorkloadSpec:
     return WorkloadSpec.model_validate(
-        {"name": name, "source": source, "handler": "consumers.examples:enrich"}
+        {"name": name, "source": source, "handler": "consumers.examples:enrich", **extra}
     )
 
 
@@ -89,6 +89,102 @@ def test_a_bad_spec_leaves_the_other_workloads_loaded(tmp_path: Path) -> None:
     (tmp_path / "good.yaml").write_text(yaml.safe_dump(good))
     defs = build_definitions(tmp_path)
     Definitions.validate_loadable(defs)
-    assert [s.key for s in defs.resolve_all_asset_specs()] == [AssetKey(["topics", "good_events"])]
+    topics = [s.key for s in defs.resolve_all_asset_specs() if s.group_name == "topics"]
+    assert topics == [AssetKey(["topics", "good_events"])]
     assert defs.resolve_job_def("consume_workload").partitions_def is not None
     assert defs.resolve_sensor_def("workload_discovery").job_name == "consume_workload"
+
+
+SPARK_ASSETS = (
+    "clean_clicks",
+    "click_quarantine",
+    "click_duplicates",
+    "clean_orders",
+    "order_quarantine",
+    "order_duplicates",
+    "sessions",
+    "daily_funnel",
+    "daily_revenue",
+)
+
+
+def test_the_lake_graph_runs_from_topics_through_landed_to_spark_assets() -> None:
+    from dagster import AssetKey
+
+    from orchestration.definitions import defs
+
+    graph = defs.resolve_asset_graph()
+
+    def parents(name: str) -> set[str]:
+        return {k.to_user_string() for k in graph.get(AssetKey(name)).parent_keys}
+
+    assert parents("landed_clickstream") == {"topics/clickstream_events"}
+    assert parents("landed_orders") == {"topics/pulsar/public/default/orders"}
+    assert parents("clean_clicks") == {"landed_clickstream"}
+    assert parents("click_duplicates") == {"landed_clickstream"}
+    assert parents("clean_orders") == {"landed_orders"}
+    assert parents("sessions") == {"clean_clicks"}
+    assert parents("daily_funnel") == {"clean_clicks"}
+    assert parents("daily_revenue") == {"clean_orders", "sessions"}
+    job = defs.resolve_job_def("spark_daily")
+    assert {k.to_user_string() for k in job.asset_layer.executable_asset_keys} == set(SPARK_ASSETS)
+    assert job.executor_def.name == "in_process"
+    assert job.run_tags["lanehouse/spark"] == "daily"
+
+
+def test_every_spark_asset_is_daily_single_run_with_a_column_schema() -> None:
+    from dagster import AssetKey, DailyPartitionsDefinition, TableSchema
+    from dagster._core.definitions.backfill_policy import BackfillPolicyType
+
+    from orchestration.definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    for name in SPARK_ASSETS:
+        node = graph.get(AssetKey(name))
+        assert isinstance(node.partitions_def, DailyPartitionsDefinition), name
+        assert node.partitions_def.timezone == "UTC" and node.partitions_def.end_offset == 1
+        assert node.backfill_policy is not None, name
+        assert node.backfill_policy.policy_type == BackfillPolicyType.SINGLE_RUN, name
+        assert isinstance(node.metadata["dagster/column_schema"], TableSchema), name
+        assert node.group_name == "spark" and node.kinds == {"spark", "parquet"}, name
+    checks = {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys}
+    assert {("clean_clicks", "reconciles"), ("clean_orders", "reconciles")} <= checks
+    assert {a for a, _ in checks if a.startswith("landed_")} == {
+        "landed_clickstream",
+        "landed_orders",
+    }  # freshness
+    assert defs.resolve_sensor_def("landed_day_closed").job_name == "spark_daily"
+    assert defs.resolve_schedule_def("spark_nightly").job_name == "spark_daily"
+
+
+def test_landed_assets_follow_the_specs_landing_datasets() -> None:
+    from dagster import AssetKey
+
+    from orchestration.lake_assets import landed_assets
+
+    clicks = spec("clicks", kafka("clickstream.events"), landing={"dataset": "clickstream"})
+    audit = spec("audit", pulsar("audit"), landing={"dataset": "audit_log"})
+    by_key = {a.key: a for a in landed_assets([clicks, audit, spec("plain", kafka("x"))])}
+    assert set(by_key) == {
+        AssetKey("landed_audit_log"),
+        AssetKey("landed_clickstream"),
+        AssetKey("landed_orders"),  # the Spark assets read it, even with no spec landing there
+    }
+    deps = {d.asset_key for d in by_key[AssetKey("landed_clickstream")].deps}
+    assert deps == {AssetKey(["topics", "clickstream_events"])}
+    landed_audit = by_key[AssetKey("landed_audit_log")]
+    assert {d.asset_key for d in landed_audit.deps} == {
+        AssetKey(["topics", "pulsar", "public", "default", "audit"])
+    }
+    assert landed_audit.partitions_def is not None and landed_audit.group_name == "landed"
+    assert list(by_key[AssetKey("landed_orders")].deps) == []
+
+
+def test_the_lake_start_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestration.lake_assets import lake_partitions
+
+    monkeypatch.setenv("LANEHOUSE_LAKE_START", "2025-06-01")
+    assert lake_partitions().get_first_partition_key() == "2025-06-01"
+    monkeypatch.setenv("LANEHOUSE_LAKE_START", "June 1st")
+    with pytest.raises(ValueError, match="LANEHOUSE_LAKE_START must be a date like 2026-01-01"):
+        lake_partitions()

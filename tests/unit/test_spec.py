@@ -124,7 +124,8 @@ def test_example_workload_is_valid() -> None:
     spec = load_spec(root / "workloads" / "clickstream.yaml", env={}, import_handler=False)
     assert (spec.name, spec.ordering, spec.concurrency) == ("clickstream", "key", 300)
     assert spec.source.topics == ("clickstream.events",)
-    assert spec.handler == "consumers.examples:enrich"
+    assert spec.handler == "consumers.examples:land_in_key_order"
+    assert spec.landing is not None and spec.landing.dataset == "clickstream"
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,369 @@
+"""``lanehouse backfill ASSET... --from DAY --to DAY``: rebuild Spark assets over a day range.
+
+Two ways, one result (one run over the whole range, the single-run backfill policy):
+
+- a Dagster webserver answers at ``--url``: an asset backfill through GraphQL
+  ``launchPartitionBackfill`` (what the UI's "Materialize" dialog does); the daemon runs it
+  under the instance's Spark run limit, and the UI shows it. There is no ``dagster asset
+  backfill`` CLI to call instead.
+- otherwise, or with ``--in-process``: ``spark_daily`` runs here, on the local instance under
+  the state dir, with a progress display. :func:`materialize_days` is that path as a function
+  (the end-to-end demo calls it) and returns the per-day reconciliation.
+
+Dagster and Spark are imported inside functions: ``lanehouse --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import threading
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Final
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+if TYPE_CHECKING:
+    from dagster import DagsterInstance, Definitions
+
+DEFAULT_URL: Final = "http://127.0.0.1:3000"
+#: Dagster's run tags for a single-run backfill of a partition range.
+RANGE_START_TAG: Final = "dagster/asset_partition_range_start"
+RANGE_END_TAG: Final = "dagster/asset_partition_range_end"
+BACKFILL_MUTATION: Final = """
+mutation LanehouseBackfill($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on Error { message }
+  }
+}
+"""
+_POLL: Final = 0.5  # seconds between progress polls of the run's events
+
+err_console = Console(stderr=True)
+
+
+@dataclass(frozen=True)
+class DayCounts:
+    """One day of one landed dataset: every landed row is clean, quarantined or a duplicate."""
+
+    landed: int
+    clean: int
+    quarantined: int
+    duplicates: int
+    unaccounted: int
+
+
+@dataclass(frozen=True)
+class RangeRun:
+    run_id: str
+    success: bool
+    days: tuple[date, ...]
+    #: ``landed_<dataset>`` name → day → counts, from the reconciliation checks of the run.
+    reconciliation: Mapping[str, Mapping[date, DayCounts]]
+    checks_passed: bool
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def selected_assets(names: Sequence[str]) -> list[str]:
+    """The Spark assets to run, siblings of a multi-asset included (they run together).
+
+    Raises ``ValueError`` naming the valid assets when one is unknown.
+    """
+    from orchestration.lake_assets import SIBLINGS, SPARK_ASSET_NAMES
+
+    unknown = [n for n in names if n not in SPARK_ASSET_NAMES]
+    if unknown or not names:
+        raise ValueError(
+            f"unknown Spark asset(s) {', '.join(map(repr, unknown)) or '(none given)'}; "
+            f"valid: {', '.join(SPARK_ASSET_NAMES)}"
+        )
+    wanted = {sibling for n in names for sibling in SIBLINGS.get(n, (n,))}
+    return [n for n in SPARK_ASSET_NAMES if n in wanted]
+
+
+def day_range(first: str, last: str, today: date | None = None) -> list[date]:
+    """Every day from ``first`` to ``last`` (ISO dates), inside the lake's partitions.
+
+    Raises ``ValueError`` with what is wrong.
+    """
+    from orchestration.lake_assets import LAKE_PARTITIONS
+
+    days = []
+    for flag, text in (("--from", first), ("--to", last)):
+        try:
+            days.append(date.fromisoformat(text))
+        except ValueError:
+            raise ValueError(f"{flag}: {text!r} is not a date like 2026-03-01") from None
+    start, end = days
+    if start > end:
+        raise ValueError(f"--from {start} is after --to {end}")
+    earliest = LAKE_PARTITIONS.start.date()
+    latest = today or datetime.now(UTC).date()
+    if start < earliest or end > latest:
+        raise ValueError(
+            f"days must be within the lake's partitions, {earliest} to {latest} (today, UTC); "
+            "LANEHOUSE_LAKE_START moves the first"
+        )
+    return [start + timedelta(days=n) for n in range((end - start).days + 1)]
+
+
+# --------------------------------------------------------------------------- webserver
+
+
+def webserver_answers(url: str, timeout: float = 2.0) -> bool:
+    """Whether a Dagster webserver serves ``url`` (its ``/server_info``)."""
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/server_info", timeout=timeout) as reply:
+            return bool(reply.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def backfill_variables(assets: Sequence[str], days: Sequence[date]) -> dict[str, Any]:
+    """``launchPartitionBackfill`` params: the assets over the days, tagged as a Spark run."""
+    from orchestration.instance import SPARK_RUN_TAG
+
+    return {
+        "params": {
+            "assetSelection": [{"path": [name]} for name in assets],
+            "partitionNames": [day.isoformat() for day in days],
+            "tags": [{"key": SPARK_RUN_TAG, "value": "backfill"}],
+            "title": f"lanehouse backfill {days[0]}..{days[-1]}",
+        }
+    }
+
+
+def launch_backfill(url: str, assets: Sequence[str], days: Sequence[date]) -> str:
+    """Launch the asset backfill on the webserver; its id. ``LanehouseError`` when refused."""
+    from consumers.errors import LanehouseError
+    from orchestration.up import graphql
+
+    data = graphql(url.rstrip("/"), BACKFILL_MUTATION, backfill_variables(assets, days))
+    result = data["launchPartitionBackfill"]
+    if result["__typename"] != "LaunchBackfillSuccess":
+        raise LanehouseError(f"backfill refused ({result['__typename']}): {result.get('message')}")
+    return str(result["backfillId"])
+
+
+# --------------------------------------------------------------------------- in process
+
+
+def materialize_days(
+    first: date,
+    last: date,
+    *,
+    instance: DagsterInstance,
+    assets: Sequence[str] | None = None,
+    definitions: Definitions | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+    log_level: str = "INFO",
+) -> RangeRun:
+    """Materialize ``assets`` (default: all Spark assets) for ``first``..``last`` in ONE run in
+    this process, and return the per-day reconciliation of what it landed and cleaned.
+
+    ``on_progress(done, total)`` is called with the number of assets materialized so far;
+    ``log_level`` is the console level of the run's Dagster logs.
+    A failing step does not raise: ``success`` says it, and the run's events tell why.
+    """
+    from dagster import AssetKey
+
+    from orchestration.lake_assets import SPARK_ASSET_NAMES, SPARK_JOB_NAME
+
+    if definitions is None:
+        from orchestration.definitions import defs
+
+        definitions = defs
+    names = selected_assets(assets) if assets is not None else list(SPARK_ASSET_NAMES)
+    days = tuple(first + timedelta(days=n) for n in range((last - first).days + 1))
+    if not days:
+        raise ValueError(f"first {first} is after last {last}")
+    job = definitions.resolve_job_def(SPARK_JOB_NAME)
+    run_id = str(uuid.uuid4())
+    tags = {RANGE_START_TAG: first.isoformat(), RANGE_END_TAG: last.isoformat()}
+    stop = threading.Event()
+    watcher = threading.Thread(
+        target=_watch, args=(instance, run_id, len(names), on_progress, stop), daemon=True
+    )
+    if on_progress is not None:
+        watcher.start()
+    try:
+        result = job.execute_in_process(
+            instance=instance,
+            asset_selection=[AssetKey(n) for n in names],
+            tags=tags,
+            run_id=run_id,
+            raise_on_error=False,
+            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
+        )
+    finally:
+        stop.set()
+        if watcher.is_alive():
+            watcher.join()
+    if on_progress is not None:
+        on_progress(_materialized(instance, run_id), len(names))
+    evaluations = result.get_asset_check_evaluations()
+    return RangeRun(
+        run_id=run_id,
+        success=result.success,
+        days=days,
+        reconciliation=_reconciliation(evaluations),
+        checks_passed=all(e.passed for e in evaluations),
+    )
+
+
+def _materialized(instance: DagsterInstance, run_id: str) -> int:
+    from dagster import DagsterEventType
+
+    events = instance.all_logs(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
+    return len({e.dagster_event.asset_key for e in events if e.dagster_event is not None})
+
+
+def _watch(
+    instance: DagsterInstance,
+    run_id: str,
+    total: int,
+    on_progress: Callable[[int, int], None],
+    stop: threading.Event,
+) -> None:
+    while not stop.wait(_POLL):
+        on_progress(_materialized(instance, run_id), total)
+
+
+def _reconciliation(evaluations: Sequence[Any]) -> dict[str, dict[date, DayCounts]]:
+    from dagster import TableMetadataValue
+
+    from orchestration.lake_assets import PROCESSED_DATASET
+
+    counts: dict[str, dict[date, DayCounts]] = {}
+    for evaluation in evaluations:
+        dataset = PROCESSED_DATASET.get(evaluation.asset_key.to_user_string())
+        table = evaluation.metadata.get("per_day")
+        if dataset is None or not isinstance(table, TableMetadataValue):
+            continue
+        per_day = counts.setdefault(f"landed_{dataset}", {})
+        for record in table.records:
+            row = {k: str(v) for k, v in record.data.items()}
+            per_day[date.fromisoformat(row["event_date"])] = DayCounts(
+                landed=int(row["landed"]),
+                clean=int(row["clean"]),
+                quarantined=int(row["quarantined"]),
+                duplicates=int(row["duplicates"]),
+                unaccounted=int(row["unaccounted"]),
+            )
+    return counts
+
+
+# --------------------------------------------------------------------------- command
+
+
+def backfill_command(
+    assets: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="ASSET",
+            help="Spark assets to rebuild (e.g. clean_clicks sessions).",
+            show_default=False,
+        ),
+    ],
+    from_: Annotated[str, typer.Option("--from", help="First day, YYYY-MM-DD (UTC).")],
+    to: Annotated[str, typer.Option("--to", help="Last day, YYYY-MM-DD (UTC), included.")],
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            file_okay=False,
+            show_default=False,
+            help="State dir of the local instance for --in-process (default $LANEHOUSE_HOME "
+            "or .lanehouse); its lake/ holds the tables unless LANEHOUSE_LAKE is set.",
+        ),
+    ] = None,
+    in_process: Annotated[
+        bool, typer.Option("--in-process", help="Run here even if a webserver answers.")
+    ] = False,
+    url: Annotated[str, typer.Option(help="Dagster webserver to launch the backfill on.")] = (
+        DEFAULT_URL
+    ),
+) -> None:
+    """Rebuild Spark assets for a range of days as one run (a UI backfill if Dagster is up)."""
+    try:
+        names = selected_assets(assets)
+    except ValueError as exc:
+        _error(str(exc))
+        raise typer.Exit(2) from exc
+    try:
+        days = day_range(from_, to)
+    except ValueError as exc:
+        _error(str(exc))
+        raise typer.Exit(2) from exc
+    if not in_process and webserver_answers(url):
+        _launch_on_webserver(url, names, days)
+    else:
+        if not in_process:
+            err_console.print(escape(f"no Dagster webserver at {url}: running in this process"))
+        _run_here(state_dir, names, days)
+
+
+def _error(message: str) -> None:
+    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+
+
+def _launch_on_webserver(url: str, names: list[str], days: list[date]) -> None:
+    from consumers.errors import LanehouseError
+
+    try:
+        backfill_id = launch_backfill(url, names, days)
+    except (LanehouseError, OSError) as exc:
+        _error(str(exc))
+        raise typer.Exit(1) from exc
+    print(f"backfill {backfill_id}: {', '.join(names)} for {days[0]}..{days[-1]}")
+    print(f"{url.rstrip('/')}/runs/b/{backfill_id}?tab=partitions")
+
+
+def _run_here(state_dir: Path | None, names: list[str], days: list[date]) -> None:
+    import os
+
+    from dagster import DagsterInstance
+
+    from orchestration.instance import lake_dir, prepare_dagster_home
+    from orchestration.instance import state_dir as default_state_dir
+
+    state = default_state_dir(state_dir)
+    os.environ["LANEHOUSE_LAKE"] = str(lake_dir(state))  # the assets read it at run time
+    instance = DagsterInstance.from_config(str(prepare_dagster_home(state)))
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("assets"),
+        TimeElapsedColumn(),
+        console=err_console,
+    )
+    with progress:
+        task = progress.add_task(escape(f"backfill {days[0]}..{days[-1]}"), total=len(names))
+
+        def report(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        run = materialize_days(
+            days[0], days[-1], instance=instance, assets=names, on_progress=report
+        )
+    for dataset, per_day in sorted(run.reconciliation.items()):
+        for day, c in sorted(per_day.items()):
+            print(
+                f"{dataset} {day}: landed {c.landed} = clean {c.clean} + quarantined "
+                f"{c.quarantined} + duplicates {c.duplicates} (unaccounted {c.unaccounted})"
+            )
+    print(f"run {run.run_id}: {'success' if run.success else 'FAILED'}, lake {lake_dir(state)}")
+    if not run.success or not run.checks_passed:
+        _error("the run failed or a check did not pass: see the run's events in Dagster")
+        raise typer.Exit(1)
