@@ -95,12 +95,14 @@ class LandedRow:
     timestamp_ms: int
 
 
-def default_lake() -> Path:
-    """``LANEHOUSE_LAKE``, else ``<LANEHOUSE_HOME or .lanehouse>/lake``; absolute."""
+def default_lake(home: Path | None = None) -> Path:
+    """``LANEHOUSE_LAKE``, else ``<home>/lake`` with ``home`` defaulting to ``LANEHOUSE_HOME``
+    or ``.lanehouse``; always absolute, since runs may start in other directories."""
     configured = os.environ.get("LANEHOUSE_LAKE")
     if configured:
         return Path(configured).resolve()
-    return (Path(os.environ.get("LANEHOUSE_HOME", ".lanehouse")) / "lake").resolve()
+    home = home or Path(os.environ.get("LANEHOUSE_HOME", ".lanehouse"))
+    return (home / "lake").resolve()
 
 
 def landed_path(

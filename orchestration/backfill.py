@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from orchestration.console import err_console, print_error
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance, Definitions
@@ -47,8 +48,6 @@ mutation LanehouseBackfill($params: LaunchBackfillParams!) {
 }
 """
 _POLL: Final = 0.5  # seconds between progress polls of the run's events
-
-err_console = Console(stderr=True)
 
 
 @dataclass(frozen=True)
@@ -243,7 +242,7 @@ def _watch(
 def _reconciliation(evaluations: Sequence[Any]) -> dict[str, dict[date, DayCounts]]:
     from dagster import TableMetadataValue
 
-    from orchestration.lake_assets import PROCESSED_DATASET
+    from orchestration.lake_assets import PROCESSED_DATASET, landed_key
 
     counts: dict[str, dict[date, DayCounts]] = {}
     for evaluation in evaluations:
@@ -251,7 +250,7 @@ def _reconciliation(evaluations: Sequence[Any]) -> dict[str, dict[date, DayCount
         table = evaluation.metadata.get("per_day")
         if dataset is None or not isinstance(table, TableMetadataValue):
             continue
-        per_day = counts.setdefault(f"landed_{dataset}", {})
+        per_day = counts.setdefault(landed_key(dataset).to_user_string(), {})
         for record in table.records:
             row = {k: str(v) for k, v in record.data.items()}
             per_day[date.fromisoformat(row["event_date"])] = DayCounts(
@@ -298,12 +297,12 @@ def backfill_command(
     try:
         names = selected_assets(assets)
     except ValueError as exc:
-        _error(str(exc))
+        print_error(str(exc))
         raise typer.Exit(2) from exc
     try:
         days = day_range(from_, to)
     except ValueError as exc:
-        _error(str(exc))
+        print_error(str(exc))
         raise typer.Exit(2) from exc
     if not in_process and webserver_answers(url):
         _launch_on_webserver(url, names, days)
@@ -313,17 +312,13 @@ def backfill_command(
         _run_here(state_dir, names, days)
 
 
-def _error(message: str) -> None:
-    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False)
-
-
 def _launch_on_webserver(url: str, names: list[str], days: list[date]) -> None:
     from consumers.errors import LanehouseError
 
     try:
         backfill_id = launch_backfill(url, names, days)
     except (LanehouseError, OSError) as exc:
-        _error(str(exc))
+        print_error(str(exc))
         raise typer.Exit(1) from exc
     print(f"backfill {backfill_id}: {', '.join(names)} for {days[0]}..{days[-1]}")
     print(f"{url.rstrip('/')}/runs/b/{backfill_id}?tab=partitions")
@@ -365,5 +360,5 @@ def _run_here(state_dir: Path | None, names: list[str], days: list[date]) -> Non
             )
     print(f"run {run.run_id}: {'success' if run.success else 'FAILED'}, lake {lake_dir(state)}")
     if not run.success or not run.checks_passed:
-        _error("the run failed or a check did not pass: see the run's events in Dagster")
+        print_error("the run failed or a check did not pass: see the run's events in Dagster")
         raise typer.Exit(1)

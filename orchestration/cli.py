@@ -53,6 +53,7 @@ from consumers.sample import produce_pulsar_sample, produce_sample
 from consumers.spec import KafkaSourceSpec, PulsarSourceSpec, WorkloadSpec, load_specs
 from orchestration.backfill import backfill_command
 from orchestration.cli_workloads import workloads_app
+from orchestration.console import err_console, print_error
 
 app = typer.Typer(
     name="lanehouse",
@@ -60,16 +61,10 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-err_console = Console(stderr=True)
-
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_KAFKA_PORT = 9092
 DEFAULT_PULSAR_PORT = 6650
 _LIVENESS_INTERVAL = 0.2  # seconds between checks that the foreground broker still runs
-
-
-def _error(message: str) -> None:
-    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False)
 
 
 def _topic_name(value: str, param_hint: str | None = None) -> str:
@@ -194,12 +189,12 @@ def broker(
                 for name, process in started:
                     # A terminal's Ctrl-C reaches the brokers too: give our handler a moment.
                     if not process.alive() and not stop.wait(_LIVENESS_INTERVAL):
-                        _error(
+                        print_error(
                             f"{name} exited with status {process.returncode}\n{process.log_tail()}"
                         )
                         raise typer.Exit(1)
         except BrokerError as exc:
-            _error(str(exc))
+            print_error(str(exc))
             raise typer.Exit(1) from exc
         finally:
             for name, process in reversed(started):
@@ -330,7 +325,7 @@ def produce(
                 )
         except BrokerError as exc:
             progress.stop()
-            _error(str(exc))
+            print_error(str(exc))
             raise typer.Exit(1) from exc
     print(
         f"produced {summary.records} records over {summary.keys} keys to {summary.topic} "
@@ -343,7 +338,7 @@ def _load_or_exit(paths: list[Path]) -> list[WorkloadSpec]:
     try:
         return load_specs(paths)
     except SpecError as exc:
-        _error(str(exc))
+        print_error(str(exc))
         raise typer.Exit(2) from exc
 
 
@@ -415,7 +410,7 @@ def consume(
             specs, pool_sizes=sizes, until_idle=until_idle, metrics_port=metrics_port
         )
     except LanehouseError as exc:
-        _error(str(exc))
+        print_error(str(exc))
         raise typer.Exit(1) from exc
     for summary in summaries:
         c = summary.counters
@@ -464,7 +459,7 @@ def demo(
             partitions=partitions,
         )
     except LanehouseError as exc:
-        _error(str(exc))
+        print_error(str(exc))
         raise typer.Exit(1) from exc
     raise typer.Exit(0 if ok else 1)
 
@@ -505,7 +500,7 @@ def up(
     try:
         run_up(settings, say=lambda text: err_console.print(escape(text), highlight=False))
     except LanehouseError as exc:
-        _error(str(exc))
+        print_error(str(exc))
         raise typer.Exit(1) from exc
 
 
@@ -554,23 +549,23 @@ def _dead_letter_workload(
     try:
         loaded = load_specs([specs], import_handler=False)
     except SpecError as exc:
-        _error(str(exc))
+        print_error(str(exc))
         raise typer.Exit(2) from exc
     by_name = {spec.name: spec for spec in loaded}
     spec = by_name.get(workload)
     if spec is None:
         found = ", ".join(sorted(by_name)) or "no workloads"
-        _error(f"no workload named {workload!r} in {specs} (found: {found})")
+        print_error(f"no workload named {workload!r} in {specs} (found: {found})")
         raise typer.Exit(2)
     if not isinstance(spec.source, KafkaSourceSpec):
         where = f" (they are in {spec.dead_letter.topic})" if spec.dead_letter else ""
-        _error(
+        print_error(
             f"workload {workload!r} reads Pulsar: the dead-letters commands read Kafka "
             f"dead-letter topics only; read its dead letters with Pulsar tools{where}"
         )
         raise typer.Exit(2)
     if spec.dead_letter is None:
-        _error(
+        print_error(
             f"workload {workload!r} has no dead-letter topic: its spec sets no dead_letter "
             "(add `dead_letter: {topic: <name>}`)"
         )
@@ -637,7 +632,7 @@ def dead_letters_list(
             client_config=replay_client_config(spec),
         )
     except LanehouseError as exc:
-        _error(str(exc))
+        print_error(str(exc))
         raise typer.Exit(1) from exc
     console = Console(highlight=False)
     if not entries:
@@ -724,7 +719,7 @@ def dead_letters_replay(
             )
         except LanehouseError as exc:
             progress.stop()
-            _error(str(exc))
+            print_error(str(exc))
             raise typer.Exit(1) from exc
     where = target if target is not None else "each dead letter's source topic"
     print(f"replayed {summary.replayed} dead letters of {workload} from {topic} to {where}")

@@ -40,6 +40,7 @@ from consumers.spec import KafkaSourceSpec, PulsarSourceSpec, WorkloadSpec, load
 from orchestration.backfill import DayCounts, RangeRun
 from orchestration.demo_events import DemoRecord, expected_per_day, generate
 from orchestration.demo_producers import produce_kafka, produce_pulsar
+from orchestration.lake_assets import landed_key
 
 WORKLOADS = Path(__file__).resolve().parent.parent / "workloads"
 SPEC = WORKLOADS / "clickstream.yaml"
@@ -237,7 +238,7 @@ def reconciliation_rows(
     rows = []
     for stream, spec in specs.items():
         assert spec.landing is not None, f"{spec.name} must land (workloads/{spec.name}.yaml)"
-        counted = run.reconciliation.get(f"landed_{spec.landing.dataset}", {})
+        counted = run.reconciliation.get(landed_key(spec.landing.dataset).to_user_string(), {})
         for day in sorted(expected):
             numbers = expected[day]
             rows.append(

@@ -23,6 +23,8 @@ from typing import Any, Final
 
 import yaml
 
+from consumers.landing_files import default_lake
+
 #: Tag every Spark run carries; the instance runs at most ``SPARK_RUN_LIMIT`` of them at once.
 SPARK_RUN_TAG: Final = "lanehouse/spark"
 SPARK_RUN_LIMIT: Final = 1
@@ -40,12 +42,8 @@ def state_dir(given: Path | None = None) -> Path:
 
 
 def lake_dir(state: Path | None = None) -> Path:
-    """Where landed files and Spark tables live: ``LANEHOUSE_LAKE``, else ``<state>/lake``.
-
-    Always absolute, since consumer runs and Spark runs may start in other directories.
-    """
-    configured = os.environ.get("LANEHOUSE_LAKE")
-    return Path(configured).resolve() if configured else (state_dir(state) / "lake").resolve()
+    """Where landed files and Spark tables live: ``LANEHOUSE_LAKE``, else ``<state>/lake``."""
+    return default_lake(state_dir(state))
 
 
 #: Seconds a run may stay STARTING, and CANCELING, before the daemon gives up on its worker.

@@ -16,7 +16,6 @@ backfill one run, hence one Spark job over all its days, not one JVM per day.
 # and resource annotations with the real classes.
 
 import os
-import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -90,7 +89,6 @@ SPARK_JOB_NAME: Final = "spark_daily"
 #: The clean table of each dataset, which carries its reconciliation check.
 PROCESSED_DATASET: Final = {"clean_clicks": CLICKS_DATASET, "clean_orders": ORDERS_DATASET}
 RECONCILE_CHECK: Final = "reconciles"
-_DATASET_NAME: Final = re.compile(r"[A-Za-z0-9_]+")
 
 
 def lake_partitions() -> DailyPartitionsDefinition:
@@ -138,6 +136,7 @@ def table_schema(schema: StructType) -> TableSchema:
 
 
 def landed_key(dataset: str) -> AssetKey:
+    """The asset of a landed dataset (the spec validated the dataset name)."""
     return AssetKey(f"landed_{dataset}")
 
 
@@ -152,8 +151,6 @@ def landed_assets(specs: Sequence[WorkloadSpec]) -> list[AssetSpec]:
             writers.setdefault(spec.landing.dataset, []).append(spec)
     assets = []
     for dataset, landing_specs in sorted(writers.items()):
-        if not _DATASET_NAME.fullmatch(dataset):
-            raise ValueError(f"landing dataset {dataset!r}: use letters, digits and '_' only")
         topics = sorted(
             {
                 AssetKey(topic_asset_key(topic, spec.source.kind))
@@ -252,7 +249,7 @@ class Table:
 
 
 def _split_tables(dataset: str, prefix: str, clean: str, schema: StructType) -> list[Table]:
-    landed = f"landed_{dataset}"
+    landed = landed_key(dataset).to_user_string()
     kept = {c: _deps(landed, c) for c in _KEPT}
     parsed = {c: _deps(landed, "value") for c in schema.fieldNames() if c not in kept}
     return [
@@ -399,7 +396,8 @@ def _cleaning_asset(
             AssetCheckSpec(
                 RECONCILE_CHECK,
                 asset=clean_table.key,
-                description=f"landed_{dataset} rows = clean + quarantined + duplicates, per day",
+                description=f"{landed_key(dataset).to_user_string()} rows = clean + "
+                "quarantined + duplicates, per day",
             )
         ],
         partitions_def=LAKE_PARTITIONS,
@@ -473,7 +471,6 @@ def spark_assets() -> list[AssetsDefinition]:
 SPARK_JOB: Final = define_asset_job(
     SPARK_JOB_NAME,
     selection=AssetSelection.assets(*(AssetKey(n) for n in SPARK_ASSET_NAMES)),
-    partitions_def=LAKE_PARTITIONS,
     executor_def=in_process_executor,
     run_tags={SPARK_RUN_TAG: "daily"},
     description="Clean tables and daily metrics for a day or a range of days.",

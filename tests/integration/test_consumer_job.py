@@ -40,6 +40,7 @@ from orchestration.workloads import CONSUMER_JOB_NAME, WORKLOAD_PARTITIONS, topi
 from tests.helpers import wait_until
 from tests.integration import job_handlers
 from tests.integration.processes import source_yaml
+from tests.landing import landed, landing_count_safe, produce_days
 
 pytestmark = pytest.mark.integration
 
@@ -486,8 +487,6 @@ def test_landed_files_are_reported_as_materializations_per_day(
 ) -> None:
     """A landing workload's run reports ``landed_<dataset>`` per day: rows add up to what the
     lake holds for that day, with offset ranges, paths and a data version."""
-    from tests.integration.test_landing_engine import landed, landing_count_safe, produce_days
-
     topic, count = f"consumer-job-landing-{uuid.uuid4().hex[:8]}", 900
     create_topic(kafka_broker.bootstrap, topic, 2)
     produce_days(kafka_broker.bootstrap, topic, count, 2)

@@ -11,9 +11,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pulsar
-import pyarrow.parquet as pq
 import pytest
-from confluent_kafka import Producer, TopicCollection, TopicPartition
+from confluent_kafka import Consumer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from consumers.backends.kafka import committed_offsets, log_end_offsets
@@ -32,25 +31,9 @@ from consumers.spec import WorkloadSpec
 from tests.backends import until
 from tests.helpers import wait_until
 from tests.integration.processes import finish, source_yaml, start_consumer
+from tests.landing import DAY_MS, START_MS, landed, landing_count_safe, produce_days
 
 pytestmark = pytest.mark.integration
-
-DAY_MS = 86_400_000
-#: 2026-11-18 00:00 UTC; records spread over three days from here.
-START_MS = int(datetime(2026, 11, 18, tzinfo=UTC).timestamp() * 1000)
-
-
-def produce_days(bootstrap: str, topic: str, count: int, partitions: int) -> list[int]:
-    """``count`` records, keys ``u<i % 50>``, timestamps rising over three days; returns each
-    record's timestamp by its index (the value is ``<index>``)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    stamps = [START_MS + i * (3 * DAY_MS // count) for i in range(count)]
-    for i, stamp in enumerate(stamps):
-        producer.produce(
-            topic, str(i).encode(), f"u{i % 50}".encode(), partition=i % partitions, timestamp=stamp
-        )
-    assert producer.flush(30) == 0
-    return stamps
 
 
 def spec(broker: TansuBroker, topic: str, group: str, **extra: object) -> WorkloadSpec:
@@ -69,15 +52,6 @@ def spec(broker: TansuBroker, topic: str, group: str, **extra: object) -> Worklo
             **extra,
         }
     )
-
-
-def landed(lake: Path) -> list[dict[str, object]]:
-    rows: list[dict[str, object]] = []
-    for path in sorted((lake / "landed").rglob("*.parquet")):
-        day = path.parent.name.removeprefix("event_date=")
-        for row in pq.read_table(path).to_pylist():
-            rows.append({**row, "event_date": day, "file": path.name})
-    return rows
 
 
 def topic_id(bootstrap: str, topic: str) -> str:
@@ -163,12 +137,8 @@ async def test_offsets_are_committed_only_behind_landed_files(
     await app.run()
     await checker
     assert max(checked) == 150, checked[-5:]
-    assert landing_count(tmp_path) == count  # the drain landed the partial buffers
+    assert len(landed(tmp_path)) == count  # the drain landed the partial buffers
     assert committed_offsets(kafka_broker.bootstrap, "g-lazy", topic, 1) == {0: count}
-
-
-def landing_count(lake: Path) -> int:
-    return len(landed(lake))
 
 
 async def test_outcomes_decide_what_lands(
@@ -232,8 +202,6 @@ async def test_a_restart_replaces_files_past_the_committed_position(
 
 
 def rewind(bootstrap: str, group: str, topic: str, position: int) -> None:
-    from confluent_kafka import Consumer
-
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
         consumer.commit(offsets=[TopicPartition(topic, 0, position)], asynchronous=False)
@@ -279,17 +247,6 @@ landing: {{dataset: events, flush_rows: 97, flush_interval: 200ms}}
 async def slow(rec: Record) -> None:
     """5 ms per record: slow enough that a kill lands mid-run."""
     await asyncio.sleep(0.005)
-
-
-def landing_count_safe(lake: Path) -> int:
-    """Rows in complete files (a file being renamed in place is read after the rename)."""
-    total = 0
-    for path in (lake / "landed").rglob("*.parquet") if lake.exists() else []:
-        try:
-            total += pq.read_metadata(path).num_rows
-        except FileNotFoundError:
-            continue
-    return total
 
 
 async def test_pulsar_records_land_once_at_their_message_ids(
