@@ -54,6 +54,7 @@ from consumers.spec import KafkaSourceSpec, PulsarSourceSpec, WorkloadSpec, load
 from orchestration.backfill import backfill_command
 from orchestration.cli_workloads import workloads_app
 from orchestration.console import err_console, print_error
+from orchestration.demo_events import MAX_USERS, Stream
 
 app = typer.Typer(
     name="lanehouse",
@@ -85,6 +86,15 @@ def _pulsar_topic(value: str, param_hint: str | None = None) -> str:
 def _positive_rate(value: float | None) -> float | None:
     if value is not None and value <= 0:
         raise typer.BadParameter(f"must be positive, got {value}")
+    return value
+
+
+def _pulsar_url(value: str | None) -> str | None:
+    if value is not None and not value.startswith(("pulsar://", "pulsar+ssl://")):
+        raise typer.BadParameter(
+            f"{value!r} is not a Pulsar service URL (pulsar://HOST:PORT or pulsar+ssl://HOST:PORT)",
+            param_hint="'--pulsar'",
+        )
     return value
 
 
@@ -280,12 +290,7 @@ def produce(
     if pulsar is None:
         topic = _topic_name(topic, "'--topic'")
     else:
-        if not pulsar.startswith(("pulsar://", "pulsar+ssl://")):
-            raise typer.BadParameter(
-                f"{pulsar!r} is not a Pulsar service URL (pulsar://HOST:PORT or "
-                "pulsar+ssl://HOST:PORT)",
-                param_hint="'--pulsar'",
-            )
+        _pulsar_url(pulsar)
         if partitions is not None:
             raise typer.BadParameter(
                 "is for Kafka topics; a Pulsar topic is created unpartitioned on first write",
@@ -330,6 +335,89 @@ def produce(
     print(
         f"produced {summary.records} records over {summary.keys} keys to {summary.topic} "
         f"in {summary.seconds:.2f} s ({summary.per_second:,.0f} rec/s)"
+    )
+
+
+@app.command()
+def shop(
+    clicks_topic: Annotated[
+        str | None, typer.Option(help="Kafka topic for the clickstream (user id as key).")
+    ] = None,
+    orders_topic: Annotated[
+        str | None,
+        typer.Option(help="Topic for the orders: on Pulsar with --pulsar, else on Kafka."),
+    ] = None,
+    rate: Annotated[
+        float, typer.Option(callback=_positive_rate, help="Clicks per second, on average.")
+    ] = 10.0,
+    users: Annotated[int, typer.Option(min=1, max=MAX_USERS, help="Distinct shoppers.")] = 5_000,
+    malformed: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Share of records corrupted on purpose.")
+    ] = 0.02,
+    seconds: Annotated[
+        float | None,
+        typer.Option(callback=_positive_rate, help="Stop after this long (default: on Ctrl-C)."),
+    ] = None,
+    partitions: Annotated[
+        int, typer.Option(min=1, help="Partitions of Kafka topics created here.")
+    ] = 4,
+    bootstrap: Annotated[
+        str, typer.Option(envvar="KAFKA_BOOTSTRAP", help="Kafka bootstrap servers.")
+    ] = DEFAULT_BOOTSTRAP,
+    pulsar: Annotated[
+        str | None,
+        typer.Option("--pulsar", metavar="URL", callback=_pulsar_url, help="Pulsar service URL."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the shoppers' behaviour.")] = 0,
+) -> None:
+    """Play the demo shop live: sessions of clicks and orders, stamped with the time sent.
+
+    The records are the ones the Spark assets clean (a share malformed, for the quarantine), so
+    a running platform fills today's partition with data worth looking at.
+    """
+    import time
+
+    from orchestration.demo_producers import KafkaSink, PulsarSink, RecordSink
+    from orchestration.live_shop import LiveShop, run_live_shop
+
+    if clicks_topic is None and orders_topic is None:
+        raise typer.BadParameter("name --clicks-topic, --orders-topic or both")
+    sinks: dict[Stream, RecordSink] = {}
+    try:
+        if clicks_topic is not None:
+            sinks["clicks"] = KafkaSink(
+                bootstrap, _topic_name(clicks_topic, "'--clicks-topic'"), partitions
+            )
+        if orders_topic is not None and pulsar is not None:
+            sinks["orders"] = PulsarSink(pulsar, _pulsar_topic(orders_topic, "'--orders-topic'"))
+        elif orders_topic is not None:
+            sinks["orders"] = KafkaSink(
+                bootstrap, _topic_name(orders_topic, "'--orders-topic'"), partitions
+            )
+    except BrokerError as exc:
+        print_error(str(exc))
+        raise typer.Exit(1) from exc
+    start = time.time()
+    shop = LiveShop(
+        clicks_per_second=rate,
+        start_ms=int(start * 1000),
+        users=users,
+        malformed_fraction=malformed,
+        seed=seed,
+    )
+    with _stop_on_signal() as stop:
+        if seconds is not None:
+            timer = threading.Timer(seconds, stop.set)
+            timer.daemon = True
+            timer.start()
+        try:
+            sent = run_live_shop(shop, sinks, stop)
+        except BrokerError as exc:
+            print_error(str(exc))
+            raise typer.Exit(1) from exc
+    print(
+        f"sent {sent['clicks']} clicks and {sent['orders']} orders "
+        f"({sent['malformed']} malformed) in {time.time() - start:.0f} s"
     )
 
 

@@ -245,7 +245,11 @@ async def watch_run_status(context: OpExecutionContext, stop: StopRequests) -> N
         await asyncio.sleep(STATUS_POLL_SECONDS)
         # Off the loop: a slow run storage must not stall handlers. Instances are thread-safe
         # (the daemon shares one across threads).
-        run = await asyncio.to_thread(instance.get_run_by_id, run_id)
+        try:
+            run = await asyncio.to_thread(instance.get_run_by_id, run_id)
+        except Exception as exc:  # e.g. SQLite busy: a dead watcher would never see a terminate
+            context.log.warning(f"run status not read, trying again: {exc!r}")
+            continue
         if run is None:
             continue
         if run.status == DagsterRunStatus.CANCELING:
@@ -372,7 +376,10 @@ class Reporter:
     async def every(self, seconds: float) -> None:
         while True:
             await self._app.clock.sleep(seconds)
-            self.observe("running")
+            try:
+                self.observe("running")
+            except Exception as exc:  # a storage hiccup must not end reporting for the run
+                self._context.log.warning(f"progress report failed, trying again: {exc!r}")
 
     def observe(self, status: str) -> None:
         if self._name not in self._app.runners:
@@ -388,7 +395,12 @@ class Reporter:
             self._context.log_event(AssetObservation(asset_key=key, metadata=metadata))
         landing = self._app.runners[self._name].landing
         if landing is not None:
-            self._report_landed(landing.take_landed())
+            files = landing.take_landed()
+            try:
+                self._report_landed(files)
+            except Exception:
+                landing.recent.extendleft(reversed(files))  # reported again next time
+                raise
         # log_event has already written the events to the instance; the context also keeps
         # them (~4 KB each) until the op returns, which for a consumer is weeks: drop them.
         for _ in self._context.consume_events():

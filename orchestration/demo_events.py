@@ -19,7 +19,7 @@ import itertools
 import json
 import random
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -55,6 +55,8 @@ ORDER_DEFECTS: Final[tuple[DefectKind, ...]] = (
     "invalid_utf8",
     "total_mismatch",
 )
+#: The dataset each stream lands in (the Spark assets read these two).
+STREAM_DATASETS: Final[dict[Stream, str]] = {"clicks": "clickstream", "orders": "orders"}
 CLICK_REQUIRED: Final = ("event_id", "user_id", "event_type", "product_id", "ts")
 ORDER_REQUIRED: Final = ("order_id", "user_id", "items", "total", "currency", "ts")
 CURRENCY: Final = "EUR"
@@ -86,7 +88,7 @@ class DemoRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class _Event:
+class Event:
     """A record before serialization: corrupting works on the payload, not on bytes."""
 
     stream: Stream
@@ -154,19 +156,23 @@ def _records(
     days: list[date], users: int, sessions_rate: float, malformed_fraction: float, seed: int
 ) -> Iterator[DemoRecord]:
     rng = random.Random(seed)
-    prices = [Decimal(rng.randint(199, 15_000)) / 100 for _ in range(PRODUCTS)]
-    turns = {"clicks": itertools.cycle(CLICK_DEFECTS), "orders": itertools.cycle(ORDER_DEFECTS)}
+    prices = product_prices(rng)
+    turns = defect_turns()
     for day in days:
-        events: list[_Event] = []
-        counter = iter(range(10**7))
+        events: list[Event] = []
+        counter = itertools.count()
+
+        def next_id(kind: str, day: date = day, counter: Iterator[int] = counter) -> str:
+            return f"{kind}-{day:%Y%m%d}-{next(counter):07d}"
+
         for user in range(users):
             user_id = f"u{user:04d}"
             for start_ms in _session_starts(rng, day, sessions_rate):
-                events += _session(rng, day, user_id, start_ms, prices, counter)
+                events += session_events(rng, user_id, start_ms, prices, next_id)
         records: list[DemoRecord] = []
         for stream, defects in turns.items():
             of_stream = [e for e in events if e.stream == stream]
-            records += _serialize(rng, day, of_stream, malformed_fraction, defects)
+            records += _serialize(rng, of_stream, malformed_fraction, defects)
         records.sort(key=lambda r: r.timestamp_ms)  # stable: ties keep per-user order
         yield from records
 
@@ -187,21 +193,33 @@ def _session_starts(rng: random.Random, day: date, rate: float) -> list[int]:
     return starts
 
 
-def _session(
+def product_prices(rng: random.Random) -> list[Decimal]:
+    """The shop's price list, drawn first from a seeded generator."""
+    return [Decimal(rng.randint(199, 15_000)) / 100 for _ in range(PRODUCTS)]
+
+
+def defect_turns() -> dict[Stream, Iterator[DefectKind]]:
+    """Per stream, the defect kinds in the order malformed records take them."""
+    return {"clicks": itertools.cycle(CLICK_DEFECTS), "orders": itertools.cycle(ORDER_DEFECTS)}
+
+
+def session_events(
     rng: random.Random,
-    day: date,
     user_id: str,
     start_ms: int,
     prices: list[Decimal],
-    counter: Iterator[int],
-) -> list[_Event]:
-    """Views, maybe carts (of viewed products), maybe a checkout with its order."""
+    next_id: Callable[[str], str],
+) -> list[Event]:
+    """Views, maybe carts (of viewed products), maybe a checkout with its order.
+
+    ``next_id("c")`` names a click and ``next_id("o")`` an order; ids must not repeat.
+    """
     now = start_ms
-    events: list[_Event] = []
+    events: list[Event] = []
 
     def click(event_type: EventType, product: int, quantity: int | None = None) -> None:
         payload: dict[str, Any] = {
-            "event_id": f"c-{day:%Y%m%d}-{next(counter):07d}",
+            "event_id": next_id("c"),
             "user_id": user_id,
             "event_type": event_type,
             "product_id": f"p{product:03d}",
@@ -212,7 +230,7 @@ def _session(
         elif rng.random() < 0.2:
             payload["price"] = None  # page views may carry an explicit null price
         payload["ts"] = format_ts(now)
-        events.append(_Event("clicks", user_id, now, payload))
+        events.append(Event("clicks", user_id, now, payload))
 
     weights = [1 / (rank + 1) for rank in range(PRODUCTS)]  # a few products are popular
     viewed: list[int] = []
@@ -237,50 +255,48 @@ def _session(
         for p, q in cart.items()
     ]
     order = {
-        "order_id": f"o-{day:%Y%m%d}-{next(counter):07d}",
+        "order_id": next_id("o"),
         "user_id": user_id,
         "items": items,
         "total": float(sum((q * prices[p] for p, q in cart.items()), Decimal(0))),
         "currency": CURRENCY,
         "ts": format_ts(now),
     }
-    events.append(_Event("orders", user_id, now, order))
+    events.append(Event("orders", user_id, now, order))
     return events
 
 
 def _serialize(
     rng: random.Random,
-    day: date,
-    events: list[_Event],
+    events: list[Event],
     malformed_fraction: float,
     defects: Iterator[DefectKind],
 ) -> list[DemoRecord]:
     """Corrupt ``round(fraction * n)`` random records with the next kinds from ``defects``."""
     bad = sorted(rng.sample(range(len(events)), round(malformed_fraction * len(events))))
     kinds = dict(zip(bad, defects, strict=False))
-    records = []
-    for index, event in enumerate(events):
-        defect = kinds.get(index)
-        value = _encode(event.payload) if defect is None else _corrupt(rng, event, defect)
-        records.append(
-            DemoRecord(
-                stream=event.stream,
-                key=event.user_id.encode(),
-                value=value,
-                timestamp_ms=event.timestamp_ms,
-                day=day,
-                valid=defect is None,
-                defect=defect,
-            )
-        )
-    return records
+    return [to_record(rng, event, kinds.get(index)) for index, event in enumerate(events)]
+
+
+def to_record(rng: random.Random, event: Event, defect: DefectKind | None) -> DemoRecord:
+    """The message for ``event``, with ``defect`` if one is given; filed under its UTC day."""
+    value = _encode(event.payload) if defect is None else _corrupt(rng, event, defect)
+    return DemoRecord(
+        stream=event.stream,
+        key=event.user_id.encode(),
+        value=value,
+        timestamp_ms=event.timestamp_ms,
+        day=datetime.fromtimestamp(event.timestamp_ms / 1000, tz=UTC).date(),
+        valid=defect is None,
+        defect=defect,
+    )
 
 
 def _encode(payload: dict[str, Any]) -> bytes:
     return json.dumps(payload).encode()
 
 
-def _corrupt(rng: random.Random, event: _Event, defect: DefectKind) -> bytes:
+def _corrupt(rng: random.Random, event: Event, defect: DefectKind) -> bytes:
     """The bytes of ``event`` with exactly one defect of the given kind."""
     payload = json.loads(json.dumps(event.payload))  # a deep copy
     if defect == "not_json":

@@ -6,8 +6,9 @@ Why each setting:
   PostgreSQL; see docs/operations.md).
 - ``concurrency.runs.max_concurrent_runs: -1``: a consumer run never ends, so Dagster's default
   limit of 10 runs in progress would fill up with consumers and queue everything else forever.
-  Spark runs, which do end, are limited by their tag instead, and dead-letter replays to one
-  per workload.
+  Spark runs, which do end, are limited by their tag and by the ``spark`` pool of their assets
+  (which also catches runs launched without the tag, like a backfill from the UI), and
+  dead-letter replays to one per workload.
 - telemetry off.
 - ``run_monitoring``: the daemon fails a run stuck STARTING (its worker never came up) after
   ``start_timeout_seconds`` and ends a run stuck CANCELING (nobody left to finish the drain)
@@ -25,9 +26,12 @@ import yaml
 
 from consumers.landing_files import default_lake
 
-#: Tag every Spark run carries; the instance runs at most ``SPARK_RUN_LIMIT`` of them at once.
+#: Tag every Spark run launched by Lanehouse carries; at most ``SPARK_RUN_LIMIT`` run at once.
 SPARK_RUN_TAG: Final = "lanehouse/spark"
 SPARK_RUN_LIMIT: Final = 1
+#: Pool of every Spark asset, so runs launched any way (a UI backfill has no Lanehouse tag)
+#: wait in the queue while ``SPARK_RUN_LIMIT`` Spark runs are in progress.
+SPARK_POOL: Final = "spark"
 #: Tag of dead-letter replay runs (value: the workload), limited to one run per value.
 REPLAY_RUN_TAG: Final = "lanehouse/dead_letter_replay"
 #: The state directory unless ``LANEHOUSE_HOME`` or ``--state-dir`` says otherwise.
@@ -71,7 +75,10 @@ def instance_config() -> dict[str, Any]:
                         "limit": 1,
                     },
                 ],
-            }
+            },
+            # Run granularity: a run waits in the queue, before its process (and JVM) starts,
+            # until its ops' pools have a free slot. Only the Spark assets have a pool.
+            "pools": {"granularity": "run", "default_limit": SPARK_RUN_LIMIT},
         },
     }
 

@@ -54,7 +54,8 @@ from pyspark.sql.types import StructType
 
 from consumers.spec import WorkloadSpec
 from orchestration import lake_tables
-from orchestration.instance import SPARK_RUN_TAG, lake_dir
+from orchestration.demo_events import STREAM_DATASETS
+from orchestration.instance import SPARK_POOL, SPARK_RUN_TAG, lake_dir
 from orchestration.workloads import topic_asset_key
 from spark_jobs import (
     CLICK_SCHEMA,
@@ -83,8 +84,8 @@ DEFAULT_SPARK_MASTER: Final = "local[2]"
 #: A landed dataset whose latest materialization is older than this fails its freshness check.
 DEFAULT_LANDED_MAX_AGE_MINUTES: Final = 60
 #: Datasets the Spark assets read: their landed assets exist even when no spec lands there.
-CLICKS_DATASET: Final = "clickstream"
-ORDERS_DATASET: Final = "orders"
+CLICKS_DATASET: Final = STREAM_DATASETS["clicks"]
+ORDERS_DATASET: Final = STREAM_DATASETS["orders"]
 SPARK_JOB_NAME: Final = "spark_daily"
 #: The clean table of each dataset, which carries its reconciliation check.
 PROCESSED_DATASET: Final = {"clean_clicks": CLICKS_DATASET, "clean_orders": ORDERS_DATASET}
@@ -381,6 +382,7 @@ def _cleaning_asset(
 
     @multi_asset(
         name=name,
+        pool=SPARK_POOL,
         specs=[
             AssetSpec(
                 t.key,
@@ -441,6 +443,7 @@ def _derived_asset(
         metadata=table.metadata(),
         partitions_def=LAKE_PARTITIONS,
         backfill_policy=BackfillPolicy.single_run(),
+        pool=SPARK_POOL,
     )
     def _derived(
         context: AssetExecutionContext, pyspark: LakeSparkResource

@@ -32,6 +32,7 @@ from typing import Any, Final
 from consumers.embedded.child import BrokerProcess
 from consumers.errors import LanehouseError
 from consumers.spec import KafkaSourceSpec, PulsarSourceSpec, WorkloadSpec
+from orchestration.demo_events import STREAM_DATASETS
 from orchestration.instance import lake_dir, prepare_dagster_home
 from orchestration.workloads import (
     CONSUMER_JOB_NAME,
@@ -62,7 +63,7 @@ class UpSettings:
     ui_port: int = 3000
     kafka_port: int = 9092
     pulsar_port: int = 6650
-    rate: float = 20.0  # records per second per demo topic
+    rate: float = 20.0  # clicks per second of the live shop; records/s per other topic
     workloads: Path = field(default_factory=workloads_dir)
     ui_timeout: float = 180.0
     drain_timeout: float = 90.0
@@ -130,30 +131,59 @@ class Platform:
         return (logs / name).open("ab")
 
     def _start_producers(self) -> None:
-        """A steady trickle into each enabled workload's first topic, so runs have work."""
+        """Steady traffic into each enabled workload's first topic, so runs have work.
+
+        Workloads landing the demo's datasets get the live shop (records the Spark assets
+        clean); any other workload gets the keyed sample stream of ``lanehouse produce``.
+        """
         from orchestration.registry import read_registry
 
-        registry = read_registry(self.settings.workloads)
-        for spec in registry.specs():
-            if spec.enabled:
-                self.producers.append(self._producer(spec))
+        shop: dict[str, list[str]] = {}  # stream -> the shop options that feed it
+        for spec in read_registry(self.settings.workloads).specs():
+            if not spec.enabled:
+                continue
+            feed = self._shop_feed(spec)
+            if feed is not None and feed[0] not in shop:
+                shop[feed[0]] = feed[1]
+            else:
+                self.producers.append(self._sample_producer(spec))
+        if shop:
+            cmd = ["shop", *(a for args in shop.values() for a in args)]
+            self.producers.append(
+                self._spawn([*cmd, "--rate", str(self.settings.rate)], "shop.log")
+            )
 
-    def _producer(self, spec: WorkloadSpec) -> subprocess.Popen[bytes]:
+    def _shop_feed(self, spec: WorkloadSpec) -> tuple[str, list[str]] | None:
+        """The stream and ``lanehouse shop`` options that feed ``spec``, if it lands a demo
+        dataset from a source the shop writes to (clicks: Kafka; orders: Kafka or Pulsar)."""
+        dataset = spec.landing.dataset if spec.landing else None
+        source, topic = spec.source, spec.source.topics[0]
+        if dataset == STREAM_DATASETS["clicks"] and isinstance(source, KafkaSourceSpec):
+            return "clicks", ["--clicks-topic", topic]
+        if dataset != STREAM_DATASETS["orders"]:
+            return None
+        if isinstance(source, PulsarSourceSpec):
+            return "orders", ["--orders-topic", topic, "--pulsar", self.env["PULSAR_URL"]]
+        return "orders", ["--orders-topic", topic]
+
+    def _sample_producer(self, spec: WorkloadSpec) -> subprocess.Popen[bytes]:
         source = spec.source
-        topic = source.topics[0]
-        cmd = [sys.executable, "-m", "orchestration.cli", "produce", "--topic", topic]
-        cmd += ["--count", "1000000000", "--keys", "200", "--rate", str(self.settings.rate)]
+        cmd = ["produce", "--topic", source.topics[0], "--count", "1000000000", "--keys", "200"]
+        cmd += ["--rate", str(self.settings.rate)]
         if isinstance(source, PulsarSourceSpec):
             cmd += ["--pulsar", self.env["PULSAR_URL"]]
         else:
             assert isinstance(source, KafkaSourceSpec)
             cmd += ["--partitions", "4"]
+        return self._spawn(cmd, f"produce-{spec.name}.log")
+
+    def _spawn(self, args: list[str], log_name: str) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
-            cmd,
+            [sys.executable, "-m", "orchestration.cli", *args],
             cwd=REPO,
             env={**self.env, "TERM": "dumb"},
             stdin=subprocess.DEVNULL,
-            stdout=self._log(f"produce-{spec.name}.log"),
+            stdout=self._log(log_name),
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )

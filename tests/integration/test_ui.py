@@ -1,18 +1,24 @@
 """The Dagster UI against ``lanehouse up`` from a clean state, in a real browser (Debian chromium
-driven by playwright): the workloads' runs and the running sensor show; terminating the
-clickstream run from the UI leaves a CANCELED run with its offsets committed, which the sensor
-does not restart; launching the workload again from the launchpad resumes from those offsets.
+driven by playwright): the workloads' runs and the running sensor show; the asset graph reads
+topics → landed → Spark assets, today's landed partition shows materialized, and an asset
+backfill launched from the materialize dialog finishes successfully with clean rows and a
+passing reconciliation check; terminating the clickstream run from the UI leaves a CANCELED run
+with its offsets committed, which the sensor does not restart; launching the workload again
+from the launchpad resumes from those offsets.
 
 Screenshots of the key pages go to ``$LANEHOUSE_ARTIFACTS`` (default ``test-artifacts/ui``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
 from collections.abc import Iterator
+from datetime import date, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,6 +96,8 @@ def test_terminate_from_the_ui_then_relaunch_resumes(tmp_path: Path, page: objec
         )
         page.screenshot(path=ARTIFACTS / "2-sensor.png")
 
+        lake_in_the_ui(page, up, url)
+
         run_id = up.started()["clickstream"]
         page.goto(f"{url}/runs/{run_id}")
         page.get_by_role("button", name="Terminate").first.click()
@@ -102,7 +110,7 @@ def test_terminate_from_the_ui_then_relaunch_resumes(tmp_path: Path, page: objec
             message="the terminated run drained and ended CANCELED",
         )
         expect(page.get_by_text("Canceled").first).to_be_visible(timeout=30_000)
-        page.screenshot(path=ARTIFACTS / "3-run-canceled.png")
+        page.screenshot(path=ARTIFACTS / "6-run-canceled.png")
         at_cancel = committed(up)
         assert at_cancel > 0
 
@@ -114,7 +122,7 @@ def test_terminate_from_the_ui_then_relaunch_resumes(tmp_path: Path, page: objec
         partition = page.get_by_placeholder("Partition")
         partition.fill("clickstream")
         page.get_by_role("menuitem", name="clickstream").first.click()
-        page.screenshot(path=ARTIFACTS / "4-launchpad.png")
+        page.screenshot(path=ARTIFACTS / "7-launchpad.png")
         page.get_by_role("button", name="Launch Run").click()
         wait_until(
             lambda: "clickstream" in up.started(),
@@ -146,8 +154,106 @@ def test_terminate_from_the_ui_then_relaunch_resumes(tmp_path: Path, page: objec
         )
         page.goto(f"{url}/runs/{relaunched}")
         expect(page.get_by_text("Started").first).to_be_visible(timeout=30_000)
-        page.screenshot(path=ARTIFACTS / "5-relaunched.png")
+        page.screenshot(path=ARTIFACTS / "8-relaunched.png")
         up.stop(proc)
+
+
+LINEAGE = (
+    ("clickstream_events", "landed_clickstream", "clean_clicks", "sessions"),
+    ("orders", "landed_orders", "clean_orders", "daily_revenue"),
+)
+
+
+def lake_in_the_ui(page: object, up: Up, url: str) -> None:
+    """Lineage, a landed partition, and a two-day backfill of the clickstream's cleaning."""
+    from playwright.sync_api import Page, expect
+
+    assert isinstance(page, Page)
+    page.goto(f"{url}/assets/daily_revenue?view=lineage&lineageScope=upstream&lineageDepth=5")
+    for node in (n for chain in LINEAGE for n in chain):
+        expect(page.get_by_text(node, exact=True).first).to_be_visible(timeout=30_000)
+    assert upstream(up, "daily_revenue") == {"clean_orders", "sessions"}
+    assert upstream(up, "clean_clicks") == {"landed_clickstream"}
+    assert upstream(up, "landed_clickstream") == {"topics/clickstream_events"}
+    page.screenshot(path=ARTIFACTS / "3-asset-lineage.png")
+
+    # The consumer run reports the clicks it lands (the live shop's) as today's partition.
+    wait_until(
+        lambda: materialized(up, "landed_clickstream"),
+        timeout=120,
+        interval=2,
+        message="the clickstream run reported a landed partition",
+    )
+    landed = materialized(up, "landed_clickstream")  # two days if run across midnight
+    day = landed[-1]
+    page.goto(f"{url}/assets/landed_clickstream?view=partitions")
+    expect(page.get_by_text(f"Materialized ({len(landed)})")).to_be_visible(timeout=30_000)
+    page.screenshot(path=ARTIFACTS / "4-landed-partition.png")
+
+    # A backfill of that day and the one before (nothing landed: an empty day) from the UI.
+    before = str(date.fromisoformat(day) - timedelta(days=1))
+    days = f"[{before}...{day}]"
+    page.goto(f"{url}/assets/clean_clicks")
+    page.get_by_role("button", name="Materialize…").first.click()
+    page.get_by_role("button", name="Confirm").click()  # with its quarantine and duplicates
+    page.get_by_placeholder("No matching partitions").fill(days)
+    page.get_by_placeholder("No matching partitions").press("Enter")
+    page.get_by_role("button", name="Launch backfill").click()
+    wait_until(lambda: backfill(up) is not None, timeout=30, message="the backfill was created")
+    wait_until(
+        lambda: (backfill(up) or {}).get("status") not in ("REQUESTED", "CANCELING", "FAILING"),
+        timeout=300,
+        interval=2,
+        message="the UI backfill finished",
+    )
+    done = backfill(up)
+    assert done is not None and done["status"] == "COMPLETED_SUCCESS", done
+    assert sorted(done["partitionNames"]) == [before, day]
+    page.goto(f"{url}/assets/clean_clicks?view=partitions")
+    expect(page.get_by_text("Materialized (2)")).to_be_visible(timeout=30_000)
+    page.screenshot(path=ARTIFACTS / "5-backfilled.png")
+    node = up.graphql(
+        '{ assetNodes(assetKeys: [{path: ["clean_clicks"]}]) { assetMaterializations(limit: 1) '
+        "{ metadataEntries { label ... on JsonMetadataEntry { jsonString } } } "
+        "assetChecksOrError { ... on AssetChecks { checks { name "
+        "executionForLatestMaterialization { status } } } } } }"
+    )["assetNodes"][0]
+    [rows] = [
+        json.loads(e["jsonString"])
+        for e in node["assetMaterializations"][0]["metadataEntries"]
+        if e["label"] == "rows_per_day"
+    ]
+    assert rows[day] > 0, rows
+    [check] = node["assetChecksOrError"]["checks"]
+    assert (check["name"], check["executionForLatestMaterialization"]["status"]) == (
+        "reconciles",
+        "SUCCEEDED",
+    )
+
+
+def upstream(up: Up, asset: str) -> set[str]:
+    data = up.graphql(
+        f'{{ assetNodes(assetKeys: [{{path: ["{asset}"]}}]) {{ dependencyKeys {{ path }} }} }}'
+    )
+    return {"/".join(k["path"]) for k in data["assetNodes"][0]["dependencyKeys"]}
+
+
+def materialized(up: Up, asset: str) -> list[str]:
+    data = up.graphql(
+        f'{{ assetNodes(assetKeys: [{{path: ["{asset}"]}}]) '
+        "{ assetMaterializations(limit: 100) { partition } } }"
+    )
+    return sorted({m["partition"] for m in data["assetNodes"][0]["assetMaterializations"]})
+
+
+def backfill(up: Up) -> dict[str, Any] | None:
+    data = up.graphql(
+        "{ partitionBackfillsOrError { ... on PartitionBackfills "
+        "{ results { id status partitionNames } } } }"
+    )
+    results = data["partitionBackfillsOrError"]["results"]
+    assert len(results) <= 1, results
+    return results[0] if results else None
 
 
 def _status(up: Up, run_id: str) -> str:

@@ -137,6 +137,7 @@ def test_every_spark_asset_is_daily_single_run_with_a_column_schema() -> None:
     from dagster._core.definitions.backfill_policy import BackfillPolicyType
 
     from orchestration.definitions import defs
+    from orchestration.instance import SPARK_POOL, SPARK_RUN_LIMIT, instance_config
 
     graph = defs.resolve_asset_graph()
     for name in SPARK_ASSETS:
@@ -147,6 +148,11 @@ def test_every_spark_asset_is_daily_single_run_with_a_column_schema() -> None:
         assert node.backfill_policy.policy_type == BackfillPolicyType.SINGLE_RUN, name
         assert isinstance(node.metadata["dagster/column_schema"], TableSchema), name
         assert node.group_name == "spark" and node.kinds == {"spark", "parquet"}, name
+        assert node.pools == {SPARK_POOL}, name  # limits Spark runs however they are launched
+    assert instance_config()["concurrency"]["pools"] == {
+        "granularity": "run",
+        "default_limit": SPARK_RUN_LIMIT,
+    }
     checks = {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys}
     assert {("clean_clicks", "reconciles"), ("clean_orders", "reconciles")} <= checks
     assert {a for a, _ in checks if a.startswith("landed_")} == {
