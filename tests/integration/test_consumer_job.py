@@ -247,24 +247,26 @@ def graceful_run(
     produce_sample(kafka_broker.bootstrap, topic, RECORDS, keys=8)
     write_spec(directory, "orders", kafka_broker, topic)
     job_handlers.reset(per_record_delay=0.005)
-    with pytest.MonkeyPatch.context() as mp, instance_for_test() as inst:
-        mp.setenv("LANEHOUSE_WORKLOADS", str(directory))
-        # Only the signal may stop this run, not the status poll.
-        mp.setattr(consumer_job_module, "STATUS_POLL_SECONDS", 3600.0)
-        register(inst, "orders")
-        key = AssetKey(topic_asset_key(topic))
+    with instance_for_test() as inst:
+        # Patched for this run only: a module fixture's patch would outlive it into later tests.
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("LANEHOUSE_WORKLOADS", str(directory))
+            # Only the signal may stop this run, not the status poll.
+            mp.setattr(consumer_job_module, "STATUS_POLL_SECONDS", 3600.0)
+            register(inst, "orders")
+            key = AssetKey(topic_asset_key(topic))
 
-        def lag_observed() -> bool:
-            records = inst.fetch_observations(key, limit=1).records
-            return bool(records) and _metadata(records[0])["lag"] is not None
+            def lag_observed() -> bool:
+                records = inst.fetch_observations(key, limit=1).records
+                return bool(records) and _metadata(records[0])["lag"] is not None
 
-        operator = Operator(
-            inst, (lambda: len(job_handlers.finished) >= 200 and lag_observed(), "terminate")
-        )
-        operator.start()
-        result = execute(inst, "orders")
-        operator.join(5)
-        assert operator.error is None, operator.error
+            operator = Operator(
+                inst, (lambda: len(job_handlers.finished) >= 200 and lag_observed(), "terminate")
+            )
+            operator.start()
+            result = execute(inst, "orders")
+            operator.join(5)
+            assert operator.error is None, operator.error
         run = inst.get_run_by_id(result.run_id)
         assert run is not None
         yield Run(
@@ -500,9 +502,12 @@ def test_landed_files_are_reported_as_materializations_per_day(
     register(instance, "lander")
     operator = Operator(instance, (lambda: landing_count_safe(lake) == count, "canceling"))
     operator.start()
-    execute(instance, "lander")
+    started = time.monotonic()
+    result = execute(instance, "lander")
     operator.join(5)
     assert operator.error is None, operator.error
+    assert instance.get_run_by_id(result.run_id).status == DagsterRunStatus.CANCELED  # type: ignore[union-attr]
+    assert time.monotonic() - started < 60, "the run did not stop on its CANCELING status"
 
     per_day: dict[str, int] = {}
     for row in landed(lake):
