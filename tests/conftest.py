@@ -10,11 +10,15 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import pytest
 
 from consumers.embedded.pulsar import PulsarLiteBroker, start_pulsar_lite
 from consumers.embedded.tansu import TansuBroker, create_topic, start_tansu
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 _TIERS = ("unit", "integration", "e2e")
 
@@ -100,3 +104,13 @@ def pulsar_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PulsarLi
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local SparkSession for the whole test session, started by the first test that needs
+    it (the JVM takes ~10 s). Dagster's Spark resource in in-process runs reuses it."""
+    from tests.spark import spark_for_tests
+
+    with spark_for_tests("lanehouse-tests") as session:
+        yield session

@@ -1,8 +1,6 @@
-"""Spark test helpers: one local session per test module, and landed rows from demo records.
-
-Not fixtures themselves: a test module declares its own (module-scoped) fixture around
-``spark_for_tests`` so that only modules that need Spark pay the ~10 s JVM start.
-"""
+"""Spark test helpers: the local session behind the session-scoped ``spark`` fixture
+(tests/conftest.py; only a test session that needs Spark pays the JVM start), and landed rows
+from demo records."""
 
 from __future__ import annotations
 
@@ -24,7 +22,7 @@ SOURCE_KINDS = {"clicks": "kafka", "orders": "pulsar"}
 
 @contextmanager
 def spark_for_tests(app_name: str) -> Iterator[SparkSession]:
-    """A quiet local session, stopped afterwards so the next module starts from scratch.
+    """A quiet local session, stopped afterwards.
 
     Code generation may not fall back to the interpreter: a plan whose generated code outgrows
     Java's limits then fails the test instead of silently running slower.

@@ -34,18 +34,11 @@ from orchestration.instance import SPARK_RUN_TAG
 from orchestration.lake_assets import SPARK_ASSET_NAMES, TABLES
 from orchestration.lake_automation import landed_day_closed
 from tests.lake import Landed, day_files, land, snapshot
-from tests.spark import spark_for_tests
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 DAYS = [date(2026, 3, 1), date(2026, 3, 2), date(2026, 3, 3)]
 CLICK_TABLES = ("clean_clicks", "click_quarantine", "click_duplicates")
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    with spark_for_tests("test_lake_assets") as session:
-        yield session
 
 
 @pytest.fixture(scope="module")

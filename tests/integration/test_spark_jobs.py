@@ -8,7 +8,7 @@ import io
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -40,7 +40,7 @@ from spark_jobs import (
     rules,
     sessionize,
 )
-from tests.spark import landed_row, landed_rows, replayed, retried, spark_for_tests
+from tests.spark import landed_row, landed_rows, replayed, retried
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -56,12 +56,6 @@ DEFECT_REASONS = {
     "negative_amount": r"field '(price|quantity|unit_price)' (is negative|must be >= 1)",
     "total_mismatch": r"^field 'total' [\d.]+ does not match the sum of its items [\d.]+$",
 }
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    with spark_for_tests("test_spark_jobs") as session:
-        yield session
 
 
 @pytest.fixture(scope="module")
