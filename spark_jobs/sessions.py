@@ -6,8 +6,9 @@ sum of "gap too long" flags numbers the sessions, all in Catalyst. A Python UDF 
 
 ``session_id`` is ``<user_id>-<epoch millis of session_start>``: deterministic, so a rerun
 writes the same ids. Times and ``event_date`` are derived in UTC whatever the session's time
-zone. Sessions are cut at the edges of the input: run over a single day, one that spans
-midnight counts as two.
+zone. Sessions are also cut at midnight UTC: a day's sessions then depend on that day's clicks
+only, so a run over one day and a run over a range give the same rows (the daily partitions
+and single-run backfills rely on it).
 """
 
 from __future__ import annotations
@@ -27,14 +28,19 @@ def sessionize(clicks: DataFrame, gap_minutes: int = DEFAULT_GAP_MINUTES) -> Dat
     """Sessions (``SESSION_SCHEMA``) of ``clicks`` (``CLICK_SCHEMA``), one row each."""
     if isinstance(gap_minutes, bool) or not isinstance(gap_minutes, int) or gap_minutes <= 0:
         raise ValueError(f"gap_minutes must be a positive int, got {gap_minutes!r}")
-    by_user = Window.partitionBy("user_id").orderBy("event_ts", "event_id")
+    by_user_day = Window.partitionBy("user_id", "_day").orderBy("event_ts", "event_id")
     micros = F.unix_micros(F.col("event_ts"))
-    gap = micros - F.lag(micros).over(by_user)
+    gap = micros - F.lag(micros).over(by_user_day)
     starts = F.coalesce(gap >= gap_minutes * 60 * 1_000_000, F.lit(True))
-    numbered = clicks.withColumn("_starts", starts.cast("int")).withColumn(
-        "_session", F.sum("_starts").over(by_user.rowsBetween(Window.unboundedPreceding, 0))
+    numbered = (
+        clicks.withColumn("_day", utc_date(F.col("event_ts")))
+        .withColumn("_starts", starts.cast("int"))
+        .withColumn(
+            "_session",
+            F.sum("_starts").over(by_user_day.rowsBetween(Window.unboundedPreceding, 0)),
+        )
     )
-    sessions = numbered.groupBy("user_id", "_session").agg(
+    sessions = numbered.groupBy("user_id", "_day", "_session").agg(
         F.min("event_ts").alias("session_start"),
         F.max("event_ts").alias("session_end"),
         F.count(F.lit(1)).alias("events"),

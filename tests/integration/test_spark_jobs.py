@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
 from pyspark.testing import assertSchemaEqual
 
 from consumers.landing_files import LandedRow, SourceIdentity, landed_path, write_landed
@@ -275,8 +276,8 @@ def test_sessions_split_after_30_minutes_of_inactivity(spark: SparkSession) -> N
             ("a", "purchase", t0 + 60 * minute),  # 31 min later: a new one
             ("b", "page_view", t0 + 10 * minute),
             ("b", "page_view", t0 + 40 * minute),  # exactly 30 min: a new one
-            ("c", "page_view", t0 + 23 * 60 * minute),  # 23:00 and 00:20: two days
-            ("c", "page_view", t0 + (24 * 60 + 20) * minute),
+            ("c", "page_view", t0 + (14 * 60 + 50) * minute),  # 23:50 and 00:10 UTC, 20 min
+            ("c", "page_view", t0 + (15 * 60 + 10) * minute),  # apart: cut at midnight
         ],
     )
     got = [
@@ -293,9 +294,17 @@ def test_sessions_split_after_30_minutes_of_inactivity(spark: SparkSession) -> N
         (sid("a", t0 + 60 * minute), "a", DAY, 1, 0.0, 0, 0, 1),
         (sid("b", t0 + 10 * minute), "b", DAY, 1, 0.0, 1, 0, 0),
         (sid("b", t0 + 40 * minute), "b", DAY, 1, 0.0, 1, 0, 0),
-        (sid("c", t0 + 23 * 60 * minute), "c", date(2024, 5, 2), 1, 0.0, 1, 0, 0),
-        (sid("c", t0 + (24 * 60 + 20) * minute), "c", date(2024, 5, 2), 1, 0.0, 1, 0, 0),
+        (sid("c", t0 + (14 * 60 + 50) * minute), "c", DAY, 1, 0.0, 1, 0, 0),
+        (sid("c", t0 + (15 * 60 + 10) * minute), "c", date(2024, 5, 2), 1, 0.0, 1, 0, 0),
     ]
+    # A day's sessions do not depend on the next day's clicks: per day = over the range.
+    per_day = [
+        sessionize(clicks.where(F.to_date("event_ts") == day)).orderBy("session_id").collect()
+        for day in (DAY, date(2024, 5, 2))
+    ]
+    assert [r for rows in per_day for r in rows] == sessionize(clicks).orderBy(
+        "session_id"
+    ).collect()
 
 
 def test_sessionize_rejects_a_bad_gap(spark: SparkSession) -> None:
