@@ -569,7 +569,12 @@ def up(
         int, typer.Option(min=1, max=65535, help="Embedded Pulsar port.")
     ] = 6650,
     rate: Annotated[
-        float, typer.Option(min=0.1, help="Demo records per second into each workload's topic.")
+        float,
+        typer.Option(
+            min=0.1,
+            help="Clicks per second of the live shop; sample records per second into the topic "
+            "of any workload the shop does not feed.",
+        ),
     ] = 20.0,
 ) -> None:
     """Run the platform: embedded brokers, demo producers and Dagster (UI, daemon, the discovery
