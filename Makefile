@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: test demo up lint bench lock clean venv system
+.PHONY: test demo up lint bench bench-e2e lock clean venv system
 
 venv: $(STAMP)
 
@@ -42,6 +42,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/engine.py
+
+# 1,000,000 demo events from produce to clean Spark tables, time per stage (docs/benchmarks.md).
+bench-e2e: $(STAMP)
+	$(BIN)/python bench/e2e.py
 
 # Re-resolve every dependency within pyproject.toml's ranges into a fresh venv, then pin it.
 lock:

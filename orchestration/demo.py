@@ -10,6 +10,10 @@ It exits non-zero unless everything reconciles: each workload handled every reco
 order and committed everything; per day, what was produced landed (or was dead-lettered), and
 every landed row is clean, quarantined or a duplicate, in exactly the numbers the generator
 says it made valid and malformed records.
+
+Each stage is a function of its own (``demo_data``, ``demo_streams``, ``produce_demo``,
+``consume_demo``, ``materialize_demo``, ``reconciliation_rows``): ``bench/e2e.py`` times the same
+pipeline at scale rather than a copy of it.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from rich.console import Console
 from rich.table import Table
@@ -41,6 +45,9 @@ from orchestration.backfill import DayCounts, RangeRun
 from orchestration.demo_events import DemoRecord, expected_per_day, generate
 from orchestration.demo_producers import produce_kafka, produce_pulsar
 from orchestration.lake_assets import landed_key
+
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
 
 WORKLOADS = Path(__file__).resolve().parent.parent / "workloads"
 SPEC = WORKLOADS / "clickstream.yaml"
@@ -125,6 +132,151 @@ def _lake_env(lake: Path) -> Iterator[None]:
             os.environ["LANEHOUSE_LAKE"] = previous
 
 
+@dataclass(frozen=True)
+class DemoData:
+    """What the generator made for the demo's days: the stages and the checks share it."""
+
+    dates: list[date]
+    records: list[DemoRecord]
+    clicks: list[DemoRecord]  # to Kafka
+    orders: list[DemoRecord]  # to Pulsar
+
+    @property
+    def malformed(self) -> int:
+        return sum(not r.valid for r in self.records)
+
+
+@dataclass(frozen=True)
+class Streams:
+    """The two example workloads, pointed at the running brokers, and their topics."""
+
+    bootstrap: str
+    pulsar_url: str
+    clicks: WorkloadSpec
+    kafka: KafkaSourceSpec
+    orders: WorkloadSpec
+    pulsar: PulsarSourceSpec
+
+    @property
+    def topic(self) -> str:
+        return self.kafka.topics[0]
+
+    @property
+    def orders_topic(self) -> str:
+        return self.pulsar.topics[0]
+
+    @property
+    def specs(self) -> dict[str, WorkloadSpec]:
+        """Per stream of the generator, the workload that lands it."""
+        return {"clicks": self.clicks, "orders": self.orders}
+
+
+@dataclass(frozen=True)
+class Consumed:
+    """What consuming the demo's topics until idle did, per workload."""
+
+    outcomes: list[Outcome]
+    dead: dict[str, int]  # records dead-lettered, by workload
+    seconds: float  # the engine's whole run: group join, work, idle check, close
+    caught_up: float  # from its start until the last record of every workload completed
+
+    def print_summary(self, console: Console) -> bool:
+        """The consuming table; True when every check passed."""
+        return _print_summary(self.outcomes, console)
+
+
+def demo_data(
+    dates: list[date], *, users: int, sessions: float, malformed: float, seed: int = 0
+) -> DemoData:
+    """Every record of ``dates``, split by the broker it goes to."""
+    records = list(
+        generate(
+            dates,
+            users=users,
+            sessions_per_user_per_day=sessions,
+            malformed_fraction=malformed,
+            seed=seed,
+        )
+    )
+    clicks = [r for r in records if r.stream == "clicks"]
+    orders = [r for r in records if r.stream == "orders"]
+    return DemoData(dates, records, clicks, orders)
+
+
+def demo_streams(bootstrap: str, pulsar_url: str) -> Streams:
+    """Load the example workloads with the brokers' addresses in their ``${...}``."""
+    env = {**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "PULSAR_URL": pulsar_url}
+    clicks, kafka_source = _load(SPEC, env, KafkaSourceSpec)
+    orders, pulsar_source = _load(ORDERS_SPEC, env, PulsarSourceSpec)
+    return Streams(bootstrap, pulsar_url, clicks, kafka_source, orders, pulsar_source)
+
+
+def produce_demo(streams: Streams, data: DemoData, partitions: int) -> None:
+    """Clicks to Kafka (a topic of ``partitions``), orders to Pulsar, all acknowledged."""
+    produce_kafka(streams.bootstrap, streams.topic, data.clicks, partitions)
+    produce_pulsar(streams.pulsar_url, streams.orders_topic, data.orders)
+
+
+def consume_demo(streams: Streams, data: DemoData, lake: Path, partitions: int) -> Consumed:
+    """Both workloads in one app until caught up and idle for 1 s, landing into ``lake``;
+    then what each handled, in what order, and what it committed."""
+    TIME_ORDER.reset()
+    app = build_app([streams.clicks, streams.orders], lake=lake)
+    started = time.monotonic()
+    summaries, watched = asyncio.run(_run_watching(app, until_idle=1.0))
+    seconds = time.monotonic() - started
+    clicks, orders = streams.clicks, streams.orders
+    topic, orders_topic = streams.topic, streams.orders_topic
+    committed = committed_offsets(streams.bootstrap, streams.kafka.group, topic, partitions)
+    ends = log_end_offsets(streams.bootstrap, topic, partitions)
+    unacked = pulsar_unacknowledged(streams.pulsar_url, orders_topic, streams.pulsar.subscription)
+
+    completed = {summary.name: summary.counters["completed"] for summary in summaries}
+    dead = {summary.name: summary.counters["dead_lettered"] for summary in summaries}
+    outcomes = [
+        Outcome(
+            label=f"{clicks.name} (Kafka)",
+            topic=topic,
+            produced=len(data.clicks),
+            handled=completed.get(clicks.name, 0) + dead.get(clicks.name, 0),
+            keys=TIME_ORDER.keys(topic),
+            violations=TIME_ORDER.violations[topic],
+            committed=f"{sum(committed.values()):,} / {sum(ends.values()):,} (offsets)",
+            committed_all=committed == ends,
+            watched=watched[clicks.name],
+        ),
+        Outcome(
+            label=f"{orders.name} (Pulsar)",
+            topic=orders_topic,
+            produced=len(data.orders),
+            handled=completed.get(orders.name, 0) + dead.get(orders.name, 0),
+            keys=TIME_ORDER.keys(orders_topic),
+            violations=TIME_ORDER.violations[orders_topic],
+            committed=f"{len(data.orders) - unacked:,} / {len(data.orders):,} (acknowledged)",
+            committed_all=unacked == 0,
+            watched=watched[orders.name],
+        ),
+    ]
+    last = max((w.last_at for w in watched.values() if w.completed), default=started + seconds)
+    return Consumed(outcomes, dead, seconds, caught_up=last - started)
+
+
+def materialize_demo(
+    dates: list[date], lake: Path, instance: DagsterInstance | None = None
+) -> RangeRun:
+    """The Spark assets for ``dates`` in one Dagster run over ``lake``, on ``instance`` (an
+    ephemeral one by default: the caller that passes its own can read the run's events)."""
+    from dagster import DagsterInstance
+
+    from orchestration.backfill import materialize_days
+
+    with _lake_env(lake):
+        if instance is not None:
+            return materialize_days(dates[0], dates[-1], instance=instance, log_level="WARNING")
+        with DagsterInstance.ephemeral() as ephemeral:
+            return materialize_days(dates[0], dates[-1], instance=ephemeral, log_level="WARNING")
+
+
 def run_demo(
     console: Console,
     *,
@@ -139,95 +291,38 @@ def run_demo(
 
     The lake is ``<state>/demo/lake``, emptied first, so every run starts from nothing.
     """
-    dates = demo_days(days)
-    records = list(
-        generate(
-            dates,
-            users=users,
-            sessions_per_user_per_day=sessions,
-            malformed_fraction=malformed,
-            seed=0,
-        )
-    )
-    clicks_in = [r for r in records if r.stream == "clicks"]
-    orders_in = [r for r in records if r.stream == "orders"]
+    data = demo_data(demo_days(days), users=users, sessions=sessions, malformed=malformed)
+    dates = data.dates
     root = state / "demo"
     shutil.rmtree(root, ignore_errors=True)
     lake = (root / "lake").resolve()
     with start_tansu() as kafka, start_pulsar_lite() as pulsar:
         console.print(f"Embedded Kafka (Tansu) at {kafka.bootstrap}")
         console.print(f"Embedded Pulsar (pulsar-lite) at {pulsar.url}")
-        env = {**os.environ, "KAFKA_BOOTSTRAP": kafka.bootstrap, "PULSAR_URL": pulsar.url}
-        clicks, kafka_source = _load(SPEC, env, KafkaSourceSpec)
-        order_spec, pulsar_source = _load(ORDERS_SPEC, env, PulsarSourceSpec)
-        topic, orders_topic = kafka_source.topics[0], pulsar_source.topics[0]
-        produce_kafka(kafka.bootstrap, topic, clicks_in, partitions)
-        produce_pulsar(pulsar.url, orders_topic, orders_in)
+        streams = demo_streams(kafka.bootstrap, pulsar.url)
+        produce_demo(streams, data, partitions)
         console.print(
-            f"Produced {len(clicks_in):,} clicks to {topic} and {len(orders_in):,} orders to "
-            f"{orders_topic}, {dates[0]} to {dates[-1]}, "
-            f"{sum(not r.valid for r in records):,} malformed on purpose"
+            f"Produced {len(data.clicks):,} clicks to {streams.topic} and {len(data.orders):,} "
+            f"orders to {streams.orders_topic}, {dates[0]} to {dates[-1]}, "
+            f"{data.malformed:,} malformed on purpose"
         )
-
-        TIME_ORDER.reset()
-        app = build_app([clicks, order_spec], lake=lake)
-        started = time.monotonic()
-        summaries, watched = asyncio.run(_run_watching(app, until_idle=1.0))
-        seconds = time.monotonic() - started
-        committed = committed_offsets(kafka.bootstrap, kafka_source.group, topic, partitions)
-        ends = log_end_offsets(kafka.bootstrap, topic, partitions)
-        unacked = pulsar_unacknowledged(pulsar.url, orders_topic, pulsar_source.subscription)
-    console.print(f"Consumed and landed in {seconds:.1f} s (incl. group join, 1 s idle check)")
-
-    completed = {summary.name: summary.counters["completed"] for summary in summaries}
-    dead = {summary.name: summary.counters["dead_lettered"] for summary in summaries}
-    outcomes = [
-        Outcome(
-            label=f"{clicks.name} (Kafka)",
-            topic=topic,
-            produced=len(clicks_in),
-            handled=completed.get(clicks.name, 0) + dead.get(clicks.name, 0),
-            keys=TIME_ORDER.keys(topic),
-            violations=TIME_ORDER.violations[topic],
-            committed=f"{sum(committed.values()):,} / {sum(ends.values()):,} (offsets)",
-            committed_all=committed == ends,
-            watched=watched[clicks.name],
-        ),
-        Outcome(
-            label=f"{order_spec.name} (Pulsar)",
-            topic=orders_topic,
-            produced=len(orders_in),
-            handled=completed.get(order_spec.name, 0) + dead.get(order_spec.name, 0),
-            keys=TIME_ORDER.keys(orders_topic),
-            violations=TIME_ORDER.violations[orders_topic],
-            committed=f"{len(orders_in) - unacked:,} / {len(orders_in):,} (acknowledged)",
-            committed_all=unacked == 0,
-            watched=watched[order_spec.name],
-        ),
-    ]
-    consumed_ok = _print_summary(outcomes, console)
+        consumed = consume_demo(streams, data, lake, partitions)
+    console.print(
+        f"Consumed and landed in {consumed.seconds:.1f} s (incl. group join, 1 s idle check)"
+    )
+    consumed_ok = consumed.print_summary(console)
 
     console.print(f"Materializing the Spark assets for {dates[0]} to {dates[-1]} (one run)...")
     started = time.monotonic()
-    with _lake_env(lake):
-        run = _materialize(dates)
+    run = materialize_demo(dates, lake)
     console.print(
         f"Spark run {run.run_id}: {'succeeded' if run.success else 'FAILED'} "
         f"in {time.monotonic() - started:.1f} s"
     )
-    rows = reconciliation_rows(records, run, {"clicks": clicks, "orders": order_spec})
-    reconciled = print_reconciliation(rows, dead, console)
+    rows = reconciliation_rows(data.records, run, streams.specs)
+    reconciled = print_reconciliation(rows, consumed.dead, console)
     console.print(f"Lake: {lake}")
     return consumed_ok and run.success and run.checks_passed and reconciled
-
-
-def _materialize(dates: list[date]) -> RangeRun:
-    from dagster import DagsterInstance
-
-    from orchestration.backfill import materialize_days
-
-    with DagsterInstance.ephemeral() as instance:
-        return materialize_days(dates[0], dates[-1], instance=instance, log_level="WARNING")
 
 
 def reconciliation_rows(
