@@ -142,6 +142,10 @@ class LandingSink:
         self.recent.clear()
         return files
 
+    def put_back(self, files: list[LandedFile]) -> None:
+        """Files a caller took but could not report: the next ``take_landed`` returns them first."""
+        self.recent.extendleft(reversed(files))
+
     def abort(self) -> None:
         """Stop the timer and the writes still running (their records stay uncommitted)."""
         if self._timer is not None:

@@ -84,6 +84,15 @@ def check_pulsar_option(key: str, value: object) -> None:
         raise ValueError(f"value of {key!r} must be a string")
 
 
+def validate_pulsar_url(url: str) -> str:
+    """Return ``url`` if it is a Pulsar service URL; raise ``ValueError`` saying why not."""
+    if not url.startswith(("pulsar://", "pulsar+ssl://")):
+        raise ValueError(
+            f"{url!r} is not a Pulsar service URL (pulsar://HOST:PORT or pulsar+ssl://HOST:PORT)"
+        )
+    return url
+
+
 def validate_pulsar_topic(topic: str) -> str:
     """Return the full name of ``topic``; raise ``ValueError`` saying why it is invalid.
 

@@ -42,7 +42,7 @@ from consumers.errors import SpecError
 from consumers.interceptors import load_interceptor
 from consumers.pulsar_options import CLIENT_OPTIONS as PULSAR_CLIENT_OPTIONS
 from consumers.pulsar_options import CONSUMER_OPTIONS as PULSAR_CONSUMER_OPTIONS
-from consumers.pulsar_options import check_pulsar_option, validate_pulsar_topic
+from consumers.pulsar_options import check_pulsar_option, validate_pulsar_topic, validate_pulsar_url
 
 __all__ = [
     "KafkaSourceSpec",
@@ -211,9 +211,7 @@ class PulsarSourceSpec(_SourceBase):
     @field_validator("service_url")
     @classmethod
     def _check_url(cls, url: str) -> str:
-        if not url.startswith(("pulsar://", "pulsar+ssl://")):
-            raise ValueError("service_url must start with pulsar:// or pulsar+ssl://")
-        return url
+        return validate_pulsar_url(url)
 
     @field_validator("topics")
     @classmethod

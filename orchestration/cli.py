@@ -47,7 +47,7 @@ from rich.text import Text
 from consumers.embedded.child import BrokerProcess
 from consumers.embedded.tansu import start_tansu, validate_topic_name
 from consumers.errors import BrokerError, LanehouseError, SpecError
-from consumers.pulsar_options import validate_pulsar_topic
+from consumers.pulsar_options import validate_pulsar_topic, validate_pulsar_url
 from consumers.run import run_specs
 from consumers.sample import produce_pulsar_sample, produce_sample
 from consumers.spec import KafkaSourceSpec, PulsarSourceSpec, WorkloadSpec, load_specs
@@ -90,12 +90,10 @@ def _positive_rate(value: float | None) -> float | None:
 
 
 def _pulsar_url(value: str | None) -> str | None:
-    if value is not None and not value.startswith(("pulsar://", "pulsar+ssl://")):
-        raise typer.BadParameter(
-            f"{value!r} is not a Pulsar service URL (pulsar://HOST:PORT or pulsar+ssl://HOST:PORT)",
-            param_hint="'--pulsar'",
-        )
-    return value
+    try:
+        return None if value is None else validate_pulsar_url(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--pulsar'") from exc
 
 
 class BrokerKind(StrEnum):
@@ -278,6 +276,7 @@ def produce(
         typer.Option(
             "--pulsar",
             metavar="URL",
+            callback=_pulsar_url,
             help="Write to the Pulsar service at URL (e.g. pulsar://127.0.0.1:6650) instead of "
             "Kafka. The topic is created on first write, unpartitioned; the key becomes the "
             "message's partition key.",
@@ -290,7 +289,6 @@ def produce(
     if pulsar is None:
         topic = _topic_name(topic, "'--topic'")
     else:
-        _pulsar_url(pulsar)
         if partitions is not None:
             raise typer.BadParameter(
                 "is for Kafka topics; a Pulsar topic is created unpartitioned on first write",

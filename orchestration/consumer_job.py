@@ -399,7 +399,7 @@ class Reporter:
             try:
                 self._report_landed(files)
             except Exception:
-                landing.recent.extendleft(reversed(files))  # reported again next time
+                landing.put_back(files)  # reported again next time
                 raise
         # log_event has already written the events to the instance; the context also keeps
         # them (~4 KB each) until the op returns, which for a consumer is weeks: drop them.

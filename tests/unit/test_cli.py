@@ -84,6 +84,22 @@ def test_bad_pulsar_produce_arguments_are_usage_errors(args: list[str], message:
     assert message in result.output
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "name --clicks-topic, --orders-topic or both"),
+        (["--clicks-topic", "../x"], "invalid topic name"),
+        (["--orders-topic", "o", "--pulsar", "http://127.0.0.1:6650"], "not a Pulsar service URL"),
+        (["--clicks-topic", "c", "--malformed", "1.5"], "--malformed"),
+    ],
+)
+def test_bad_shop_arguments_are_usage_errors(args: list[str], message: str) -> None:
+    """Refused before any client exists (the bootstrap is unreachable on purpose)."""
+    result = CliRunner().invoke(app, ["shop", "--bootstrap", "127.0.0.1:1", *args], env=WIDE)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
 def test_dead_letter_commands_refuse_a_pulsar_workload(tmp_path: Path) -> None:
     (tmp_path / "orders.yaml").write_text(
         "name: orders\n"

@@ -145,3 +145,21 @@ async def test_a_replay_replaces_its_file_and_a_recreated_topic_never_meets_the_
     assert len(starting_at_0) == 2, "the new topic overwrote the old"
     assert clear_from(tmp_path, "clickstream", recreated, 0, 0) == 1
     assert len(parquet_files(tmp_path)) == 3
+
+
+async def test_landed_files_are_taken_once_and_put_back_ones_come_first(tmp_path: Path) -> None:
+    h = Harness(tmp_path, flush_rows=1)
+    for offset in (1, 2, 3):
+        h.add(SOURCE, row(0, offset))
+        await h.settle()
+    taken = h.sink.take_landed()
+    assert [(f.first_offset, f.last_offset, f.rows) for f in taken] == [
+        (1, 1, 1),
+        (2, 2, 1),
+        (3, 3, 1),
+    ]
+    assert h.sink.take_landed() == []
+    h.add(SOURCE, row(0, 4))
+    await h.settle()
+    h.sink.put_back(taken[1:])  # a report that failed after taking them
+    assert [f.first_offset for f in h.sink.take_landed()] == [2, 3, 4]
