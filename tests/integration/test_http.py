@@ -351,23 +351,13 @@ async def test_fast_client_gets_limit_events_in_order_per_partition() -> None:
 
 
 async def test_stalled_client_never_slows_the_engine_and_sees_its_drops() -> None:
-    """The same 20k records, once with no tap client and once with one that stops reading."""
+    """20k records (~3 MB of events) through a tap whose client stops reading after its first
+    event: the engine completes them all while the client holds a few, so publishing never
+    waits on a client. (How much a tap costs is the benchmarks' business, not a test's.)"""
     count = 20_000
     backend = MemoryBackend()
     topic = backend.make_topic(4)
     produce(backend, topic, count, keys=200, pad=150)
-
-    async def timed_run(app: ConsumerApp, during: Awaitable[None] | None = None) -> float:
-        started = time.monotonic()
-        async with running(app):
-            await until(lambda: app.runners[NAME].counters.completed == count, 60)
-            seconds = time.monotonic() - started
-            if during is not None:
-                await during
-        return seconds
-
-    baseline = await timed_run(make_app(backend, topic, "g-base"))
-
     app = make_app(backend, topic, "g-stalled")
     with serving(app) as server:
         client = SseClient(server.port, f"/tap/{NAME}", rcvbuf=4096)
@@ -377,7 +367,12 @@ async def test_stalled_client_never_slows_the_engine_and_sees_its_drops() -> Non
             first = asyncio.ensure_future(
                 asyncio.to_thread(client.read_until, lambda c: c.events, 20)
             )
-            stalled = await timed_run(app, first)
+            async with running(app):
+                await until(lambda: app.runners[NAME].counters.completed == count, 60)
+                await first
+            # Every record completed while the stalled client had read a handful of events:
+            # a publish that waited for it could not have got past its socket buffers.
+            assert 0 < len(client.events) < 100, client.summary()
             assert client.dropped == []  # not told yet: it has not read further
             assert app.tap.dropped_total(NAME) > 0
             # It resumes: every record is either received or counted as dropped, in order.
@@ -396,8 +391,6 @@ async def test_stalled_client_never_slows_the_engine_and_sees_its_drops() -> Non
         key = (event["partition"], event["key"])
         assert event["offset"] > last.get(key, -1)  # key order survives the gaps
         last[key] = event["offset"]
-    # Not a benchmark: a generous bound that a blocking publish (a 20k-record stall) would miss.
-    assert stalled <= 1.5 * baseline + 0.3, (baseline, stalled)
 
 
 def test_idle_stream_keepalive_disconnect_and_prompt_shutdown(
