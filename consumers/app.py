@@ -108,10 +108,12 @@ class ConsumerApp:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, self._on_signal)
         started = self.clock.now()
-        for workload in self.workloads:
-            self._start(workload, loop)
+        for pool in self.pools.values():
+            await pool.start()
         failure: BaseException | None = None
         try:
+            for workload in self.workloads:
+                self._start(workload, loop)
             waits = [
                 self._stop.wait(),
                 *(s.failed for s in self.sources.values()),
@@ -132,6 +134,8 @@ class ConsumerApp:
                 runner.close()
             for producer in self.producers.values():
                 await loop.run_in_executor(None, producer.close)
+            for pool in self.pools.values():
+                await pool.stop()
             if install_signal_handlers:
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.remove_signal_handler(sig)

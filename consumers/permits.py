@@ -11,7 +11,8 @@ one, and unused share is lent to whoever has demand (work-conserving). Each work
 ``concurrency`` cap applies after the pool.
 
 Everything here runs on the engine's event-loop thread, so no locks. The cross-process pool
-(a later backend) keeps this interface and changes ``size`` as it leases blocks of permits.
+(:mod:`consumers.shared_permits`) keeps this interface and gives each client a ``limit`` that
+follows its leases.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Callable
 class PermitClient:
     """One workload's account in a pool."""
 
-    __slots__ = ("cap", "grants", "held", "name", "on_grant", "waiting", "weight")
+    __slots__ = ("cap", "grants", "held", "limit", "name", "on_grant", "waiting", "weight")
 
     def __init__(self, name: str, weight: float, cap: int, on_grant: Callable[[], bool]) -> None:
         if weight <= 0:
@@ -33,6 +34,8 @@ class PermitClient:
         self.name = name
         self.weight = weight
         self.cap = cap
+        #: Permits it may hold now: its cap locally, its lease in a shared pool.
+        self.limit = cap
         self.held = 0
         self.waiting = False
         #: Total permits granted to this client through the wait queue (a fairness metric).
@@ -46,8 +49,14 @@ class PermitPool(ABC):
 
     @abstractmethod
     def register(
-        self, name: str, weight: float, cap: int, on_grant: Callable[[], bool]
-    ) -> PermitClient: ...
+        self,
+        name: str,
+        weight: float,
+        cap: int,
+        on_grant: Callable[[], bool],
+        pending: Callable[[], int] | None = None,
+    ) -> PermitClient:
+        """``pending`` says how many more permits the workload could use now (its demand)."""
 
     @abstractmethod
     def unregister(self, client: PermitClient) -> None: ...
@@ -65,6 +74,12 @@ class PermitPool(ABC):
     def should_yield(self, client: PermitClient) -> bool:
         """True when a permit ``client`` holds is owed to a more deserving waiter."""
 
+    async def start(self) -> None:  # noqa: B027 (a hook: local pools need nothing)
+        """Called on the event loop before any workload runs."""
+
+    async def stop(self) -> None:  # noqa: B027
+        """Called on the event loop after every workload stopped."""
+
 
 class LocalPermitPool(PermitPool):
     """An in-process pool of ``size`` permits with weighted max-min fairness."""
@@ -79,7 +94,12 @@ class LocalPermitPool(PermitPool):
         self._waiters: list[PermitClient] = []
 
     def register(
-        self, name: str, weight: float, cap: int, on_grant: Callable[[], bool]
+        self,
+        name: str,
+        weight: float,
+        cap: int,
+        on_grant: Callable[[], bool],
+        pending: Callable[[], int] | None = None,
     ) -> PermitClient:
         if any(c.name == name for c in self.clients):
             raise ValueError(f"workload {name!r} is already registered in pool {self.name!r}")

@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from consumers.app import ConsumerApp, Workload, WorkloadSummary
 from consumers.backends.kafka import kafka_consumer_factory, kafka_identities
 from consumers.config_utils import import_callable
+from consumers.errors import LanehouseError
 from consumers.interceptors import load_interceptor
 from consumers.landing import LandingSettings
 from consumers.landing_files import default_lake
 from consumers.metrics import serve_metrics
+from consumers.permit_store import PermitStore
+from consumers.permits import LocalPermitPool, PermitPool
+from consumers.platform_config import PlatformConfig, load_platform_config
 from consumers.producer import ProducerFactory, kafka_producer_factory
 from consumers.resolution import DeadLetterPolicy, Position, RetryPolicy
 from consumers.runner import Identify, RunnerSettings
+from consumers.shared_permits import SharedPermitPool
 from consumers.source import ConsumerFactory
 from consumers.spec import PulsarSourceSpec, WorkloadSpec, resolve_handler, spec_hash
 
@@ -126,32 +132,66 @@ def workload_from_spec(spec: WorkloadSpec, lake: Path | None = None) -> Workload
     )
 
 
+def pool_factory(
+    platform: PlatformConfig, pool_sizes: dict[str, int] | None = None
+) -> Callable[[str, int], PermitPool]:
+    """Pools named in the platform config are shared through its database (declared there now,
+    so a bad URL fails before any client starts); every other pool is local to this process."""
+    permits = platform.permits
+    if not permits.pools:
+        return LocalPermitPool
+    clash = sorted(set(pool_sizes or {}) & set(permits.pools))
+    if clash:
+        raise LanehouseError(
+            f"pool size of {', '.join(clash)} is set in the platform config (shared pools); "
+            "drop it from the command line"
+        )
+    store = PermitStore(permits.database_url())
+    store.declare_pools({name: pool.size for name, pool in permits.pools.items()})
+    log.info("shared permit pools %s in %s", ", ".join(permits.pools), store.describe())
+
+    def make(name: str, size: int) -> PermitPool:
+        if name not in permits.pools:
+            return LocalPermitPool(name, size)
+        return SharedPermitPool(
+            name, store, lease_ttl=permits.lease_ttl, sync_interval=permits.sync_interval
+        )
+
+    return make
+
+
 def build_app(
     specs: list[WorkloadSpec],
     pool_sizes: dict[str, int] | None = None,
     lake: Path | None = None,
+    platform: PlatformConfig | None = None,
 ) -> ConsumerApp:
-    """One app for every *enabled* spec; disabled ones are logged and left out."""
+    """One app for every *enabled* spec; disabled ones are logged and left out. ``platform``
+    defaults to the platform config file (:func:`consumers.platform_config.load_platform_config`)."""
     enabled = []
     for spec in specs:
         if spec.enabled:
             enabled.append(workload_from_spec(spec, lake))
         else:
             log.info("workload %s is disabled (enabled: false); not starting it", spec.name)
-    return ConsumerApp(enabled, pool_sizes=pool_sizes)
+    if not enabled:
+        return ConsumerApp([])
+    factory = pool_factory(platform or load_platform_config(), pool_sizes)
+    return ConsumerApp(enabled, pool_sizes=pool_sizes, pool_factory=factory)
 
 
 def run_specs(
     specs: list[WorkloadSpec],
     *,
     pool_sizes: dict[str, int] | None = None,
+    platform: PlatformConfig | None = None,
     until_idle: float | None = None,
     metrics_port: int | None = None,
     install_signal_handlers: bool = True,
     lake: Path | None = None,
 ) -> list[WorkloadSummary]:
     """Run the workloads until a signal (graceful), idleness, or a source failure."""
-    app = build_app(specs, pool_sizes, lake)
+    app = build_app(specs, pool_sizes, lake, platform)
     if not app.workloads:
         return []
     server = serve_metrics(app, metrics_port) if metrics_port is not None else None

@@ -104,7 +104,11 @@ class WorkloadRunner:
         )
         self._pool = pool
         self._permits = pool.register(
-            settings.name, settings.weight, settings.concurrency, self._on_grant
+            settings.name,
+            settings.weight,
+            settings.concurrency,
+            self._on_grant,
+            pending=lambda: self._runnable() - self._starting,
         )
         self._control = control
         self._clock = clock
