@@ -1,0 +1,125 @@
+"""``lanehouse permits status [--watch]``: shared permit pools as their database sees them.
+
+Reads the pools and leases straight from the database named by the platform config
+(``LANEHOUSE_CONFIG`` or ``./lanehouse.yaml``), so it shows every process of the deployment,
+including holders that died and whose leases are running out.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from consumers.errors import LanehouseError
+from consumers.permit_store import PermitStore, PoolStatus
+from consumers.platform_config import load_platform_config
+from orchestration.console import print_error
+
+permits_app = typer.Typer(
+    name="permits",
+    help="Shared permit pools: sizes, holders, leases, demand and waits.",
+    no_args_is_help=True,
+)
+
+
+def pools_table(pools: list[PoolStatus]) -> Group:
+    """One table per pool: a row per lease, expired ones dimmed."""
+    tables = []
+    for pool in pools:
+        live = pool.live()
+        granted = sum(lease.granted for lease in live)
+        in_use = sum(lease.in_use for lease in live)
+        demand = sum(lease.demand for lease in live)
+        table = Table(
+            title=f"pool {pool.pool}: size {pool.size}, granted {granted}, in use {in_use}, "
+            f"demand {demand}",
+            title_justify="left",
+        )
+        for column in ("workload", "holder", "weight", "in use", "granted", "demand", "cap"):
+            table.add_column(
+                column, justify="left" if column in ("workload", "holder") else "right"
+            )
+        table.add_column("waited s", justify="right")
+        table.add_column("lease", justify="right")
+        for lease in pool.leases:
+            expired = lease.expires_in <= 0
+            table.add_row(
+                lease.workload,
+                lease.holder,
+                f"{lease.weight:g}",
+                str(lease.in_use),
+                str(lease.granted),
+                str(lease.demand),
+                str(lease.cap),
+                f"{lease.wait_seconds:.1f}",
+                f"expired {-lease.expires_in:.1f} s ago"
+                if expired
+                else f"{lease.expires_in:.1f} s left",
+                style="dim" if expired else None,
+            )
+        tables.append(table)
+    return Group(*tables) if tables else Group(Text("no shared permit pools declared yet"))
+
+
+def _as_json(pools: list[PoolStatus]) -> str:
+    return json.dumps(
+        [
+            {
+                "pool": p.pool,
+                "size": p.size,
+                "leases": [lease.__dict__ for lease in p.leases],
+            }
+            for p in pools
+        ],
+        indent=2,
+    )
+
+
+@permits_app.command()
+def status(
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            dir_okay=False,
+            show_default=False,
+            help="Platform config file (default $LANEHOUSE_CONFIG or ./lanehouse.yaml).",
+        ),
+    ] = None,
+    watch: Annotated[bool, typer.Option(help="Refresh until Ctrl-C.")] = False,
+    interval: Annotated[float, typer.Option(min=0.2, help="Seconds between refreshes.")] = 1.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (not with --watch).")] = False,
+) -> None:
+    """Pools with their size, and every lease: holder process, workload, weight, permits in
+    use, granted, demand, time spent waiting, and time left on the lease."""
+    if watch and as_json:
+        print_error("--json prints once: drop --watch")
+        raise typer.Exit(2)
+    try:
+        platform = load_platform_config(config)
+        store = PermitStore(platform.permits.database_url())
+        pools = store.status()
+        if as_json:
+            print(_as_json(pools))
+            return
+        if not watch:
+            from rich.console import Console
+
+            Console().print(pools_table(pools))
+            return
+        with Live(pools_table(pools), auto_refresh=False) as live:
+            while True:
+                time.sleep(interval)
+                live.update(pools_table(store.status()), refresh=True)
+    except LanehouseError as exc:
+        print_error(str(exc))
+        raise typer.Exit(1) from exc
+    except KeyboardInterrupt:
+        return
