@@ -95,3 +95,31 @@ def prepare_dagster_home(state: Path) -> Path:
     text = yaml.safe_dump(instance_config(), sort_keys=False)
     (home / "dagster.yaml").write_text(header + text)
     return home
+
+
+#: The shared pool every workload of ``lanehouse up`` draws from unless a config file says more.
+UP_POOL_SIZE: Final = 1000
+
+
+def prepare_platform_config(state: Path) -> Path:
+    """The platform config ``lanehouse up`` gives its runs: ``LANEHOUSE_CONFIG`` or
+    ``./lanehouse.yaml`` if there is one, else ``<state>/lanehouse.yaml`` (rewritten each time)
+    declaring the ``default`` pool shared through ``<state>/permits.db``. Every consumer run is
+    its own process, so only a shared pool makes the limit hold across workloads."""
+    from consumers.platform_config import config_path
+
+    given = config_path()
+    if given is not None:
+        return given.resolve()
+    path = (state / "lanehouse.yaml").resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    config = {
+        "permits": {
+            "url": f"sqlite:///{state.resolve() / 'permits.db'}",
+            "pools": {"default": {"size": UP_POOL_SIZE}},
+        }
+    }
+    header = "# Written by `lanehouse up` (orchestration/instance.py); edits are overwritten.\n"
+    path.write_text(header + yaml.safe_dump(config, sort_keys=False))
+    return path
+

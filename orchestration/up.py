@@ -33,7 +33,7 @@ from consumers.embedded.child import BrokerProcess
 from consumers.errors import LanehouseError
 from consumers.spec import KafkaSourceSpec, PulsarSourceSpec, WorkloadSpec
 from orchestration.demo_events import STREAM_DATASETS
-from orchestration.instance import lake_dir, prepare_dagster_home
+from orchestration.instance import lake_dir, prepare_dagster_home, prepare_platform_config
 from orchestration.workloads import (
     CONSUMER_JOB_NAME,
     DISCOVERY_SENSOR_NAME,
@@ -105,6 +105,8 @@ class Platform:
             "LANEHOUSE_WORKLOADS": str(s.workloads.resolve()),
             # Consumer runs land, and Spark runs read, in this state dir's lake.
             "LANEHOUSE_LAKE": str(lake_dir(s.state)),
+            # One permit pool across every consumer run (each is its own process).
+            "LANEHOUSE_CONFIG": str(prepare_platform_config(s.state)),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
         }
         self._start_producers()

@@ -95,6 +95,16 @@ class Up:
         )
         return {w["name"]: w for w in json.loads(done.stdout)["workloads"]}
 
+    def permit_leases(self) -> list[dict[str, Any]]:
+        """Live leases of the shared ``default`` pool (``lanehouse permits status --json``)."""
+        command = [sys.executable, "-m", "orchestration.cli", "permits", "status", "--json"]
+        command += ["--config", str(self.state / "lanehouse.yaml")]
+        done = subprocess.run(
+            command, cwd=REPO, capture_output=True, text=True, timeout=60, check=True
+        )
+        [pool] = [p for p in json.loads(done.stdout) if p["pool"] == "default"]
+        return [lease for lease in pool["leases"] if lease["expires_in"] > 0]
+
     def pull_the_plug(self, proc: subprocess.Popen[bytes]) -> None:
         """kill -9 ``lanehouse up`` and everything it started, as a power loss would."""
         family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]

@@ -36,6 +36,10 @@ def test_up_runs_every_workload_and_sigterm_stops_runs_first(tmp_path: Path) -> 
         assert {name: (w["phase"], w["run"]["run_id"]) for name, w in listed.items()} == {
             name: ("running", run_id) for name, run_id in first.items()
         }
+        # Each consumer run is its own process; both lease from the one shared pool.
+        leases = up.permit_leases()
+        assert sorted(lease["workload"] for lease in leases) == sorted(WORKLOADS), leases
+        assert len({lease["holder"] for lease in leases}) == len(WORKLOADS), leases
         for workload in listed.values():
             assert 0 <= workload["heartbeat_age"] < 60, workload
             assert [p["topic"] for p in workload["progress"]] == workload["topics"]
