@@ -23,6 +23,11 @@ records at offset % 100 == 7 raise on their first attempt (the lane stays held d
 backoff, so the order check counts each record at its successful attempt; the engine must count
 exactly those failures and retries), and ``batch_json`` is the JSON row in batch mode (500
 records or 50 ms a call, 4 calls at once), checked per key across batches.
+
+``sleep20_c300_shared_sqlite`` and ``sleep20_c300_shared_pg`` are the 20 ms row at C=300 with its
+permits from a shared pool (``consumers.shared_permits``) leased in a fresh SQLite file or a
+PostgreSQL server started for the run (``tests/postgres.py``); ``ratios`` in the JSON compares
+each with ``sleep20_c300`` (in-process pool) when both ran.
 """
 
 from __future__ import annotations
@@ -54,11 +59,14 @@ from consumers.app import ConsumerApp, Workload
 from consumers.backends.kafka import CONSUMER_DEFAULTS, ENGINE_OWNED, kafka_consumer_factory
 from consumers.embedded.child import BrokerProcess
 from consumers.embedded.tansu import start_tansu
+from consumers.permit_store import PermitStore
+from consumers.permits import LocalPermitPool
 from consumers.pulsar_options import validate_pulsar_topic
 from consumers.record import Record
 from consumers.resolution import RetryPolicy
 from consumers.runner import RunnerSettings
 from consumers.sample import produce_pulsar_sample, produce_sample
+from consumers.shared_permits import SharedPermitPool
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS, KEYS, SLEEP = 4, 1000, 0.020
@@ -83,6 +91,8 @@ class Row:
     fail_once: bool = False  # 1% of records raise once, with RETRY as the retry policy
     batch: bool = False  # the handler takes a list (BATCH settings)
     backend: Literal["kafka", "pulsar"] = "kafka"
+    #: Where the permits come from: the in-process pool, or a shared pool leased in a database.
+    permits: Literal["local", "sqlite", "postgresql"] = "local"
 
 
 ROWS = {
@@ -94,6 +104,8 @@ ROWS = {
     "json": Row("json"),
     "retry_1pct": Row("sleep", 1000, 200_000, fail_once=True),
     "batch_json": Row("json", 4, batch=True),
+    "sleep20_c300_shared_sqlite": Row("sleep", 300, 100_000, permits="sqlite"),
+    "sleep20_c300_shared_pg": Row("sleep", 300, 100_000, permits="postgresql"),
     "pulsar_raw_receive": Row("raw", backend="pulsar"),
     "pulsar_noop_key": Row("noop", backend="pulsar"),
     "pulsar_sleep20_c300": Row("sleep", 300, 100_000, backend="pulsar"),
@@ -292,8 +304,16 @@ def run_engine(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         )
     workload = Workload(settings, make_handler(row, check), [args.topic], factory)
 
+    pool_factory: Any = LocalPermitPool
+    if row.permits != "local":
+        store = PermitStore(args.permits_url)
+        store.declare_pools({"default": row.concurrency})
+        pool_factory = lambda name, size: SharedPermitPool(name, store)  # noqa: E731
+
     async def main() -> Any:
-        app = ConsumerApp([workload], pool_sizes={"default": row.concurrency})
+        app = ConsumerApp(
+            [workload], pool_sizes={"default": row.concurrency}, pool_factory=pool_factory
+        )
         return await app.run(until_idle=1.0)
 
     if row.uvloop:
@@ -362,7 +382,9 @@ def commit_errors(row: Row, broker: str, topic: str, group: str, high: dict[int,
     return [f"committed {committed} != log end {high}"]
 
 
-def run_row(name: str, records: int, broker: str, timeout: float) -> dict[str, Any]:
+def run_row(
+    name: str, records: int, broker: str, timeout: float, permit_urls: dict[str, str]
+) -> dict[str, Any]:
     row = ROWS[name]
     short = f"bench-{name}-{uuid.uuid4().hex[:8]}"
     topic = validate_pulsar_topic(short) if row.backend == "pulsar" else short
@@ -379,6 +401,8 @@ def run_row(name: str, records: int, broker: str, timeout: float) -> dict[str, A
         "--timeout",
         str(timeout),
     ]
+    if row.permits != "local":
+        cmd += ["--permits-url", permit_urls[row.permits]]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT, timeout=timeout + 60)
     if proc.returncode != 0:
         return {"row": name, "records": records, "errors": [f"child exited {proc.returncode}"]}
@@ -425,6 +449,34 @@ def run_row(name: str, records: int, broker: str, timeout: float) -> dict[str, A
     return out
 
 
+def permit_databases(kinds: set[str], stack: ExitStack) -> dict[str, str]:
+    """A fresh SQLite file and/or a PostgreSQL server for the shared-pool rows."""
+    import tempfile
+
+    urls = {}
+    if kinds & {"sqlite", "postgresql"}:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-permits-")))
+        urls["sqlite"] = f"sqlite:///{tmp / 'permits.db'}"
+        if "postgresql" in kinds:
+            from tests.postgres import start_postgres
+
+            server = start_postgres(tmp / "postgres")
+            stack.callback(server.cleanup)
+            urls["postgresql"] = server.sqlalchemy_url
+    return urls
+
+
+def ratios(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Each shared-pool row's msg/s against the same row on the in-process pool."""
+    rates = {r["row"]: r.get("msg_s") for r in rows}
+    out = {}
+    for name, rate in rates.items():
+        base = rates.get(name.rsplit("_shared_", 1)[0]) if "_shared_" in name else None
+        if rate and base:
+            out[f"{name}/local"] = rate / base
+    return out
+
+
 def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out = dict(runs[-1])
     for key, value in runs[0].items():
@@ -468,7 +520,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     parser.add_argument("--timeout", type=float, default=300.0, help="per child, seconds")
     parser.add_argument("--child", choices=list(ROWS), help=argparse.SUPPRESS)
-    for internal in ("--broker", "--topic", "--group"):  # parent -> child only
+    for internal in ("--broker", "--topic", "--group", "--permits-url"):  # parent -> child only
         parser.add_argument(internal, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -493,6 +545,7 @@ def main() -> int:
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     with ExitStack() as stack:  # only the brokers the selected rows need
         brokers = {b: stack.enter_context(start_broker(b)) for b in sorted(backends)}
+        permit_urls = permit_databases({ROWS[n].permits for n in names}, stack)
         for rep in range(args.repeat):
             for name in names:
                 broker = brokers[ROWS[name].backend]
@@ -500,12 +553,12 @@ def main() -> int:
                     raise SystemExit(f"{type(broker).__name__} died:\n{broker.log_tail()}")
                 records = args.records or ROWS[name].records
                 print(f"[{rep + 1}/{args.repeat}] {name}: {records:,} records", file=sys.stderr)
-                result = run_row(name, records, broker.address, args.timeout)
+                result = run_row(name, records, broker.address, args.timeout, permit_urls)
                 for error in result["errors"]:
                     print(f"!!! CORRECTNESS FAILURE in {name}: {error}", file=sys.stderr)
                 runs[name].append(result)
     rows = [median_row(runs[n]) for n in names]
-    report = {"machine": machine, "rows": rows}
+    report = {"machine": machine, "rows": rows, "ratios": ratios(rows)}
     print(table(rows), file=sys.stderr)
     print(json.dumps(report, indent=2))
     if args.out:
