@@ -172,7 +172,7 @@ class SharedPermitPool(PermitPool):
             renewal = await asyncio.to_thread(
                 self.store.renew, self.name, self.holder, reports, self.lease_ttl
             )
-        except PermitStoreError as exc:
+        except Exception as exc:  # a bug must not end renewals: the lease would just run out
             self.renewal_failures += 1
             if not self._failing:
                 log.warning(
@@ -180,6 +180,7 @@ class SharedPermitPool(PermitPool):
                     "wait once the lease ends",
                     self.name,
                     exc,
+                    exc_info=not isinstance(exc, PermitStoreError),
                 )
             self._failing = True
             return
