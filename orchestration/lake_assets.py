@@ -56,6 +56,7 @@ from consumers.spec import WorkloadSpec
 from orchestration import lake_tables
 from orchestration.demo_events import STREAM_DATASETS
 from orchestration.instance import SPARK_POOL, SPARK_RUN_TAG, lake_dir
+from orchestration.spark_config import is_local, public_conf, secret_conf, session_conf
 from orchestration.workloads import topic_asset_key
 from spark_jobs import (
     CLICK_SCHEMA,
@@ -63,7 +64,6 @@ from spark_jobs import (
     FUNNEL_SCHEMA,
     LANDED_SCHEMA,
     LINEAGE_COLUMNS,
-    LOCAL_SPARK_CONF,
     ORDER_SCHEMA,
     QUARANTINE_SCHEMA,
     RECONCILIATION_SCHEMA,
@@ -80,7 +80,6 @@ from spark_jobs import (
 )
 
 DEFAULT_LAKE_START: Final = date(2026, 1, 1)
-DEFAULT_SPARK_MASTER: Final = "local[2]"
 #: A landed dataset whose latest materialization is older than this fails its freshness check.
 DEFAULT_LANDED_MAX_AGE_MINUTES: Final = 60
 #: Datasets the Spark assets read: their landed assets exist even when no spec lands there.
@@ -120,10 +119,6 @@ def landed_max_age() -> timedelta:
     if not raw.isdigit() or int(raw) == 0:
         raise ValueError(f"LANEHOUSE_LANDED_MAX_AGE_MINUTES must be a positive int, got {raw!r}")
     return timedelta(minutes=int(raw))
-
-
-def spark_master() -> str:
-    return os.environ.get("LANEHOUSE_SPARK_MASTER", "").strip() or DEFAULT_SPARK_MASTER
 
 
 def table_schema(schema: StructType) -> TableSchema:
@@ -198,23 +193,36 @@ def landed_freshness_checks(landed: Sequence[AssetSpec]) -> Sequence[AssetChecks
 
 
 class LakeSparkResource(PySparkResource):
-    """``PySparkResource`` that first puts ``LOCAL_SPARK_ENV`` in the environment the JVM
-    inherits. It never stops the session: one run (in-process executor) shares one."""
+    """``PySparkResource`` for the Spark assets (settings: ``orchestration.spark_config``).
+
+    With a local master it first puts ``LOCAL_SPARK_ENV`` in the environment the JVM inherits
+    (never for a cluster: ``SPARK_LOCAL_IP=127.0.0.1`` would hide the driver from executors).
+    Properties that look secret are not in ``spark_config`` (the UI shows it): they are read
+    from ``LANEHOUSE_SPARK_CONF`` when the run starts. It never stops the session: one run
+    (in-process executor) shares one.
+    """
+
+    def effective_conf(self) -> dict[str, str]:
+        """What the session is built with: the config plus the secret properties."""
+        return {**self.spark_config, **secret_conf(session_conf())}
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        prepare_local_environment()
-        super().setup_for_execution(context)
+        conf = self.effective_conf()
+        if is_local(str(conf.get("spark.master", ""))):
+            prepare_local_environment()
+        builder = SparkSession.builder
+        for key, value in conf.items():
+            builder = builder.config(key, value)
+        self._spark_session = builder.getOrCreate()
 
     def session(self) -> SparkSession:
         return cast(SparkSession, self.spark_session)
 
 
 def spark_resource() -> LakeSparkResource:
-    config: dict[str, Any] = {
-        **LOCAL_SPARK_CONF,
-        "spark.master": spark_master(),
-        "spark.app.name": "lanehouse-lake",
-    }
+    """The Spark assets' resource; a bad ``LANEHOUSE_SPARK_CONF`` stops the code location from
+    loading with a ``ValueError`` naming it."""
+    config: dict[str, Any] = public_conf(session_conf())
     return LakeSparkResource(spark_config=config)
 
 

