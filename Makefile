@@ -47,6 +47,11 @@ bench: $(STAMP)
 bench-e2e: $(STAMP)
 	$(BIN)/python bench/e2e.py
 
+# `lanehouse consume --replicas 1` vs `--replicas 2` on one 8-partition topic (docs/benchmarks.md).
+.PHONY: bench-fleet
+bench-fleet: $(STAMP)
+	$(BIN)/python bench/fleet.py
+
 # Re-resolve every dependency within pyproject.toml's ranges into a fresh venv, then pin it.
 lock:
 	rm -rf .lock-venv

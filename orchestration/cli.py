@@ -12,6 +12,7 @@ Commands:
     backfill  rebuild Spark assets for a day range: a UI backfill if Dagster is up, else here
     dead-letters list|replay   show a (Kafka) workload's dead letters, or republish them
     workloads list|status      workloads with their consumer runs and the engine's progress
+    permits status             shared permit pools: holders, leases, demand and waits
 
 This module must stay importable without Dagster or Spark: commands that need them import them
 inside the command function, so ``lanehouse --help`` and ``lanehouse produce`` start fast.
@@ -52,6 +53,7 @@ from consumers.run import run_specs
 from consumers.sample import produce_pulsar_sample, produce_sample
 from consumers.spec import KafkaSourceSpec, PulsarSourceSpec, WorkloadSpec, load_specs
 from orchestration.backfill import backfill_command
+from orchestration.cli_permits import permits_app
 from orchestration.cli_workloads import workloads_app
 from orchestration.console import err_console, print_error
 from orchestration.demo_events import MAX_USERS, Stream
@@ -463,6 +465,7 @@ def _describe_source(spec: WorkloadSpec) -> str:
 
 @app.command()
 def consume(
+    ctx: typer.Context,
     paths: Annotated[list[Path], typer.Argument(help="Spec files or directories of *.yaml.")],
     until_idle: Annotated[
         float | None,
@@ -481,6 +484,15 @@ def consume(
         typer.Option(help="Permit pool size as NAME=SIZE (repeatable; default 1000 each)."),
     ] = None,
     log_level: Annotated[str, typer.Option(help="Python log level.")] = "INFO",
+    replicas: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=64,
+            help="Run this many processes of these workloads (one consumer group: they split "
+            "the partitions); replica I serves metrics on --metrics-port + I.",
+        ),
+    ] = 1,
 ) -> None:
     """Run workloads in this process, sharing permit pools, until Ctrl-C/SIGTERM or idleness.
 
@@ -491,6 +503,11 @@ def consume(
     )
     specs = _load_or_exit(paths)
     sizes = _pool_sizes(pool or [])
+    if replicas > 1:
+        from orchestration.replicas import child_args, run_fleet
+
+        args = child_args(ctx, skip={"replicas", "metrics_port"})
+        raise typer.Exit(run_fleet(specs, replicas, args, metrics_port))
     try:
         summaries = run_specs(
             specs, pool_sizes=sizes, until_idle=until_idle, metrics_port=metrics_port
@@ -597,6 +614,7 @@ def up(
 
 app.command("backfill")(backfill_command)
 app.add_typer(workloads_app)
+app.add_typer(permits_app)
 
 # --------------------------------------------------------------------------- dead letters
 
