@@ -187,6 +187,7 @@ def run_specs(
     platform: PlatformConfig | None = None,
     until_idle: float | None = None,
     metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
     install_signal_handlers: bool = True,
     lake: Path | None = None,
 ) -> list[WorkloadSummary]:
@@ -194,7 +195,7 @@ def run_specs(
     app = build_app(specs, pool_sizes, lake, platform)
     if not app.workloads:
         return []
-    server = serve_metrics(app, metrics_port) if metrics_port is not None else None
+    server = serve_metrics(app, metrics_port, metrics_host) if metrics_port is not None else None
     try:
         return asyncio.run(
             app.run(until_idle=until_idle, install_signal_handlers=install_signal_handlers)

@@ -21,6 +21,7 @@ inside the command function, so ``lanehouse --help`` and ``lanehouse produce`` s
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import signal
 import threading
@@ -463,6 +464,16 @@ def _describe_source(spec: WorkloadSpec) -> str:
     return f"kafka {topics} at {source.bootstrap_servers}, group {source.group}"
 
 
+def _ip_address(value: str) -> str:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{value!r} is not an IP address (e.g. 127.0.0.1, 0.0.0.0, ::)"
+        ) from None
+    return value
+
+
 @app.command()
 def consume(
     ctx: typer.Context,
@@ -479,6 +490,13 @@ def consume(
             help="Serve /metrics (Prometheus), /healthz and /tap/<workload> (server-sent events) here.",
         ),
     ] = None,
+    metrics_host: Annotated[
+        str,
+        typer.Option(
+            callback=_ip_address,
+            help="Address the metrics server binds (0.0.0.0 to be scraped from other hosts).",
+        ),
+    ] = "127.0.0.1",
     pool: Annotated[
         list[str] | None,
         typer.Option(help="Permit pool size as NAME=SIZE (repeatable; default 1000 each)."),
@@ -510,7 +528,11 @@ def consume(
         raise typer.Exit(run_fleet(specs, replicas, args, metrics_port))
     try:
         summaries = run_specs(
-            specs, pool_sizes=sizes, until_idle=until_idle, metrics_port=metrics_port
+            specs,
+            pool_sizes=sizes,
+            until_idle=until_idle,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
         )
     except LanehouseError as exc:
         print_error(str(exc))

@@ -122,4 +122,3 @@ def prepare_platform_config(state: Path) -> Path:
     header = "# Written by `lanehouse up` (orchestration/instance.py); edits are overwritten.\n"
     path.write_text(header + yaml.safe_dump(config, sort_keys=False))
     return path
-

@@ -202,9 +202,11 @@ def test_children_run_the_same_command_line_with_their_own_metrics_port(
     spec = kafka_spec(tmp_path / "orders.yaml")
     args = ["consume", str(spec), "--until-idle", "2", "--pool", "a=3", "--pool", "b=4"]
     args += ["--replicas", "3", "--metrics-port", "9400", "--log-level", "debug"]
+    args += ["--metrics-host", "0.0.0.0"]
     result = CliRunner().invoke(app, args, env=WIDE)
     assert result.exit_code == 0, result.output
-    tail = ["--until-idle", "2.0", "--pool", "a=3", "--pool", "b=4", "--log-level", "debug"]
+    tail = ["--until-idle", "2.0", "--metrics-host", "0.0.0.0", "--pool", "a=3", "--pool", "b=4"]
+    tail += ["--log-level", "debug"]
     tail += ["--", str(spec)]
     head = [sys.executable, "-m", "orchestration.cli", "consume", "--metrics-port"]
     assert started == [[[*head, str(9400 + i), *tail] for i in range(3)]]
