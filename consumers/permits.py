@@ -47,7 +47,11 @@ class PermitClient:
 class PermitPool(ABC):
     """A budget of permits shared by workloads; see the module docstring for the lifecycle."""
 
-    @abstractmethod
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.clients: list[PermitClient] = []
+        self._waiters: list[PermitClient] = []
+
     def register(
         self,
         name: str,
@@ -57,9 +61,29 @@ class PermitPool(ABC):
         pending: Callable[[], int] | None = None,
     ) -> PermitClient:
         """``pending`` says how many more permits the workload could use now (its demand)."""
+        if any(c.name == name for c in self.clients):
+            raise ValueError(f"workload {name!r} is already registered in pool {self.name!r}")
+        client = PermitClient(name, weight, cap, on_grant)
+        self.clients.append(client)
+        self._registered(client, pending or (lambda: 0))
+        return client
 
-    @abstractmethod
-    def unregister(self, client: PermitClient) -> None: ...
+    def unregister(self, client: PermitClient) -> None:
+        if client.held:
+            raise ValueError(f"workload {client.name!r} still holds {client.held} permits")
+        self.clients.remove(client)
+        if client in self._waiters:
+            self._waiters.remove(client)
+        self._unregistered(client)
+
+    def _registered(self, client: PermitClient, pending: Callable[[], int]) -> None:  # noqa: B027
+        """Hook: a pool that reports demand keeps ``pending``."""
+
+    def _unregistered(self, client: PermitClient) -> None:  # noqa: B027
+        """Hook: after a client left."""
+
+    def waiting_clients(self) -> list[str]:
+        return [c.name for c in self._waiters]
 
     @abstractmethod
     def try_acquire(self, client: PermitClient) -> bool: ...
@@ -87,32 +111,9 @@ class LocalPermitPool(PermitPool):
     def __init__(self, name: str, size: int) -> None:
         if size < 1:
             raise ValueError(f"permit pool {name!r} needs size >= 1, got {size}")
-        self.name = name
+        super().__init__(name)
         self.size = size
         self.free = size
-        self.clients: list[PermitClient] = []
-        self._waiters: list[PermitClient] = []
-
-    def register(
-        self,
-        name: str,
-        weight: float,
-        cap: int,
-        on_grant: Callable[[], bool],
-        pending: Callable[[], int] | None = None,
-    ) -> PermitClient:
-        if any(c.name == name for c in self.clients):
-            raise ValueError(f"workload {name!r} is already registered in pool {self.name!r}")
-        client = PermitClient(name, weight, cap, on_grant)
-        self.clients.append(client)
-        return client
-
-    def unregister(self, client: PermitClient) -> None:
-        if client.held:
-            raise ValueError(f"workload {client.name!r} still holds {client.held} permits")
-        self.clients.remove(client)
-        if client in self._waiters:
-            self._waiters.remove(client)
 
     def try_acquire(self, client: PermitClient) -> bool:
         if self.free > 0 and client.held < client.cap:
@@ -140,9 +141,6 @@ class LocalPermitPool(PermitPool):
             w is not client and w.held < w.cap and (w.held + 1) / w.weight < share
             for w in self._waiters
         )
-
-    def waiting_clients(self) -> list[str]:
-        return [c.name for c in self._waiters]
 
     def _dispatch(self) -> None:
         """Hand free permits to waiters, the one furthest below its weighted share first."""

@@ -60,15 +60,13 @@ class SharedPermitPool(PermitPool):
         sync_interval: float = 0.25,
         holder: str | None = None,
     ) -> None:
-        self.name = name
+        super().__init__(name)
         self.store = store
         self.lease_ttl = lease_ttl
         self.sync_interval = sync_interval
         self.holder = holder or holder_id()
         #: The pool's size in the database (known after the first renewal).
         self.size = 0
-        self.clients: list[PermitClient] = []
-        self._waiters: list[PermitClient] = []
         self._pending: dict[str, Callable[[], int]] = {}
         self._wait_seconds: dict[str, float] = {}
         self._pool_free = 0
@@ -83,30 +81,13 @@ class SharedPermitPool(PermitPool):
 
     # ------------------------------------------------------------------ PermitPool
 
-    def register(
-        self,
-        name: str,
-        weight: float,
-        cap: int,
-        on_grant: Callable[[], bool],
-        pending: Callable[[], int] | None = None,
-    ) -> PermitClient:
-        if any(c.name == name for c in self.clients):
-            raise ValueError(f"workload {name!r} is already registered in pool {self.name!r}")
-        client = PermitClient(name, weight, cap, on_grant)
+    def _registered(self, client: PermitClient, pending: Callable[[], int]) -> None:
         client.limit = 0  # nothing until the database grants it
-        self.clients.append(client)
-        self._pending[name] = pending or (lambda: 0)
-        self._wait_seconds[name] = 0.0
+        self._pending[client.name] = pending
+        self._wait_seconds[client.name] = 0.0
         self._wake.set()
-        return client
 
-    def unregister(self, client: PermitClient) -> None:
-        if client.held:
-            raise ValueError(f"workload {client.name!r} still holds {client.held} permits")
-        self.clients.remove(client)
-        if client in self._waiters:
-            self._waiters.remove(client)
+    def _unregistered(self, client: PermitClient) -> None:
         self._wake.set()
 
     def try_acquire(self, client: PermitClient) -> bool:
@@ -134,9 +115,6 @@ class SharedPermitPool(PermitPool):
     def free(self) -> int:
         """Permits this process may still take without a renewal."""
         return sum(max(c.limit - c.held, 0) for c in self.clients)
-
-    def waiting_clients(self) -> list[str]:
-        return [c.name for c in self._waiters]
 
     async def start(self) -> None:
         self._task = asyncio.ensure_future(self._renew_forever())

@@ -16,19 +16,13 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
 
 from consumers.record import Record
+from tests.integration.recording import append_line
 
-_out: TextIO | None = None
 
-
-def _file() -> TextIO:
-    global _out
-    if _out is None:
-        path = Path(os.environ["LH_RECORD_DIR"]) / f"replica-{os.environ['LANEHOUSE_REPLICA']}.txt"
-        _out = open(path, "a", buffering=1)  # noqa: SIM115 - process-long
-    return _out
+def _path() -> Path:
+    return Path(os.environ["LH_RECORD_DIR"]) / f"replica-{os.environ['LANEHOUSE_REPLICA']}.txt"
 
 
 async def record(rec: Record) -> None:
@@ -38,9 +32,10 @@ async def record(rec: Record) -> None:
     value = rec.json()
     assert rec._part is not None
     epoch = rec._part.generation
-    _file().write(
+    append_line(
+        _path(),
         f"{value['key']} {value['seq']} {rec.partition} {rec.offset} {epoch} "
-        f"{time.monotonic_ns()} {os.getpid()}\n"
+        f"{time.monotonic_ns()} {os.getpid()}\n",
     )
 
 

@@ -7,24 +7,16 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import TextIO
 
 from consumers.record import Record
-
-_out: TextIO | None = None
-
-
-def _file() -> TextIO:
-    global _out
-    if _out is None:
-        _out = open(os.environ["LH_RECORD_FILE"], "a", buffering=1)  # noqa: SIM115 - process-long
-    return _out
+from tests.integration.recording import append_line
 
 
 async def timed(rec: Record) -> None:
     start = time.time()
     await asyncio.sleep(float(os.environ["LH_HOLD"]))
-    _file().write(f"{os.environ['LH_WORKLOAD']} {start:.6f} {time.time():.6f}\n")
+    line = f"{os.environ['LH_WORKLOAD']} {start:.6f} {time.time():.6f}\n"
+    append_line(os.environ["LH_RECORD_FILE"], line)
 
 
 Interval = tuple[str, float, float]

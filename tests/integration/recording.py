@@ -19,14 +19,21 @@ from typing import TextIO
 from consumers.outcomes import Forward, OutputRecord
 from consumers.record import Record
 
-_out: TextIO | None = None
+_files: dict[str, TextIO] = {}
 
 
-def _file() -> TextIO:
-    global _out
-    if _out is None:
-        _out = open(os.environ["LH_RECORD_FILE"], "a", buffering=1)  # noqa: SIM115 - process-long
-    return _out
+def append_line(path: str | os.PathLike[str], line: str) -> None:
+    """Append ``line`` to ``path`` (kept open, line-buffered: the line reaches the kernel before
+    this returns, so it survives a ``kill -9`` of the process)."""
+    key = os.fspath(path)
+    out = _files.get(key)
+    if out is None:
+        out = _files[key] = open(key, "a", buffering=1)  # noqa: SIM115 - process-long
+    out.write(line)
+
+
+def _write(line: str) -> None:
+    append_line(os.environ["LH_RECORD_FILE"], line)
 
 
 async def record(rec: Record) -> None:
@@ -36,7 +43,7 @@ async def record(rec: Record) -> None:
     value = rec.json()
     assert rec._part is not None
     epoch = rec._part.generation  # unique per assignment (an id() could be reused)
-    _file().write(f"{value['key']} {value['seq']} {rec.partition} {rec.offset} {epoch}\n")
+    _write(f"{value['key']} {value['seq']} {rec.partition} {rec.offset} {epoch}\n")
 
 
 Row = tuple[str, int, int, int, int]
@@ -72,7 +79,7 @@ async def poison(rec: Record) -> None:
     """Like :func:`record`, but key ``k0``'s first record always fails (and says so)."""
     value = rec.json()
     if value["key"] == "k0" and value["seq"] == 0:
-        _file().write(f"POISON {rec.partition} {rec.offset} attempt\n")
+        _write(f"POISON {rec.partition} {rec.offset} attempt\n")
         raise RuntimeError("poison pill")
     await record(rec)
 
