@@ -279,6 +279,10 @@ class PermitStore:
     def release(self, pool: str, holder: str) -> None:
         """Drop every lease of ``holder`` (a clean stop gives its permits back at once)."""
         with self._transaction() as conn:
+            # Behind any renewal of this pool still in flight, so it cannot re-insert them after.
+            conn.execute(
+                sa.select(pools_table.c.size).where(pools_table.c.pool == pool).with_for_update()
+            )
             leases = leases_table.c
             conn.execute(leases_table.delete().where(leases.pool == pool, leases.holder == holder))
 
