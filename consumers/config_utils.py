@@ -18,7 +18,7 @@ import re
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -34,6 +34,18 @@ _REFERENCE = re.compile(r"(?P<escape>\$\$\{)|\$\{(?P<body>[^}]*)\}|(?P<open>\$\{
 _VARIABLE = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>.*))?", re.DOTALL)
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+#: The state directory unless ``LANEHOUSE_HOME`` or a ``--state-dir`` says otherwise.
+DEFAULT_STATE_DIR: Final = Path(".lanehouse")
+
+
+def state_dir(given: Path | None = None) -> Path:
+    """The platform's state directory (Dagster's home, broker data, the lake, permits.db):
+    ``given``, else ``LANEHOUSE_HOME``, else ``.lanehouse``."""
+    if given is not None:
+        return given
+    return Path(os.environ.get("LANEHOUSE_HOME", DEFAULT_STATE_DIR))
 
 
 def parse_duration(value: object) -> float:

@@ -36,6 +36,8 @@ from typing import Final
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from consumers.config_utils import state_dir
+
 __all__ = [
     "LANDED_ARROW_SCHEMA",
     "LandedRow",
@@ -101,8 +103,7 @@ def default_lake(home: Path | None = None) -> Path:
     configured = os.environ.get("LANEHOUSE_LAKE")
     if configured:
         return Path(configured).resolve()
-    home = home or Path(os.environ.get("LANEHOUSE_HOME", ".lanehouse"))
-    return (home / "lake").resolve()
+    return (state_dir(home) / "lake").resolve()
 
 
 def landed_path(

@@ -87,8 +87,6 @@ class Renewal:
 
     #: Per workload: the local limit to apply now (at most what was granted in the database).
     limits: dict[str, int]
-    #: Per workload: its fair part of the pool, which a limit may be below while others shrink.
-    targets: dict[str, int]
     size: int
     #: Permits of the pool not granted to anyone after this renewal.
     free: int
@@ -271,7 +269,6 @@ class PermitStore:
                 )
         return Renewal(
             limits={w: min(targets[w], granted[w]) for w in mine},
-            targets={w: targets[w] for w in mine},
             size=size,
             free=available - sum(granted.values()),
         )
@@ -301,29 +298,19 @@ class PermitStore:
             PoolStatus(
                 pool=p.pool,
                 size=p.size,
-                leases=[
-                    LeaseRow(
-                        pool=r.pool,
-                        holder=r.holder,
-                        workload=r.workload,
-                        weight=r.weight,
-                        cap=r.cap,
-                        demand=r.demand,
-                        in_use=r.in_use,
-                        granted=r.granted,
-                        wait_seconds=r.wait_seconds,
-                        age=now - r.renewed_at,
-                        expires_in=r.expires_at - now,
-                    )
-                    for r in rows
-                    if r.pool == p.pool
-                ],
+                leases=[_lease_row(r._asdict(), now) for r in rows if r.pool == p.pool],
             )
             for p in pools
         ]
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _lease_row(row: dict[str, Any], now: float) -> LeaseRow:
+    """A lease as stored, with its two timestamps turned into ages relative to ``now``."""
+    renewed_at, expires_at = row.pop("renewed_at"), row.pop("expires_at")
+    return LeaseRow(**row, age=now - renewed_at, expires_in=expires_at - now)
 
 
 def _targets(

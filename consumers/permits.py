@@ -88,8 +88,11 @@ class PermitPool(ABC):
     @abstractmethod
     def try_acquire(self, client: PermitClient) -> bool: ...
 
-    @abstractmethod
-    def wait(self, client: PermitClient) -> None: ...
+    def wait(self, client: PermitClient) -> None:
+        """Queue ``client`` for a grant (once, however often it asks)."""
+        if not client.waiting:
+            client.waiting = True
+            self._waiters.append(client)
 
     @abstractmethod
     def release(self, client: PermitClient) -> None: ...
@@ -121,11 +124,6 @@ class LocalPermitPool(PermitPool):
             client.held += 1
             return True
         return False
-
-    def wait(self, client: PermitClient) -> None:
-        if not client.waiting:
-            client.waiting = True
-            self._waiters.append(client)
 
     def release(self, client: PermitClient) -> None:
         client.held -= 1

@@ -24,7 +24,7 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from consumers.config_utils import first_error, interpolate, read_yaml_mapping
+from consumers.config_utils import first_error, interpolate, read_yaml_mapping, state_dir
 from consumers.errors import SpecError
 from consumers.spec import Duration, Name
 
@@ -43,8 +43,7 @@ class PoolConfig(_Frozen):
 def default_permits_url(home: Path | None = None) -> str:
     """SQLite under the state directory (``LANEHOUSE_HOME``, default ``.lanehouse``): enough
     for every process on one machine."""
-    home = home or Path(os.environ.get("LANEHOUSE_HOME", ".lanehouse"))
-    return f"sqlite:///{(home / 'permits.db').resolve()}"
+    return f"sqlite:///{(state_dir(home) / 'permits.db').resolve()}"
 
 
 class PermitsConfig(_Frozen):

@@ -75,8 +75,7 @@ class SharedPermitPool(PermitPool):
         self._expiry: asyncio.TimerHandle | None = None
         self._reported_at = time.monotonic()
         self._failing = False
-        #: Renewals that reached the database, and those that failed (for tests and status).
-        self.renewals = 0
+        #: Renewals that failed since the start (a database away, or a bug: see the log).
         self.renewal_failures = 0
 
     # ------------------------------------------------------------------ PermitPool
@@ -97,9 +96,7 @@ class SharedPermitPool(PermitPool):
         return False
 
     def wait(self, client: PermitClient) -> None:
-        if not client.waiting:
-            client.waiting = True
-            self._waiters.append(client)
+        super().wait(client)
         if client.limit < client.cap and (self._pool_free > 0 or client.limit == 0):
             self._wake.set()
 
@@ -165,7 +162,6 @@ class SharedPermitPool(PermitPool):
         if self._failing:
             log.warning("pool %s: permit database reachable again", self.name)
             self._failing = False
-        self.renewals += 1
         self._apply(renewal, started + self.lease_ttl * _LEASE_MARGIN)
 
     def _reports(self, now: float) -> list[LeaseReport]:

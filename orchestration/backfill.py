@@ -329,8 +329,8 @@ def _run_here(state_dir: Path | None, names: list[str], days: list[date]) -> Non
 
     from dagster import DagsterInstance
 
+    from consumers.config_utils import state_dir as default_state_dir
     from orchestration.instance import lake_dir, prepare_dagster_home
-    from orchestration.instance import state_dir as default_state_dir
 
     state = default_state_dir(state_dir)
     os.environ["LANEHOUSE_LAKE"] = str(lake_dir(state))  # the assets read it at run time

@@ -570,8 +570,8 @@ def demo(
     """Embedded Kafka and Pulsar → a shop's clicks and orders over several days → both
     workloads land them → the Spark assets for those days → a reconciliation table per day
     (exit 1 unless everything reconciles)."""
+    from consumers.config_utils import state_dir as resolve_state_dir
     from orchestration.demo import run_demo
-    from orchestration.instance import state_dir as resolve_state_dir
 
     try:
         ok = run_demo(
@@ -617,7 +617,7 @@ def up(
     """Run the platform: embedded brokers, demo producers and Dagster (UI, daemon, the discovery
     sensor starting a consumer run per workload). Ctrl-C or SIGTERM stops it all, consumer runs
     first (they drain and commit)."""
-    from orchestration.instance import state_dir as default_state_dir
+    from consumers.config_utils import state_dir as default_state_dir
     from orchestration.up import UpSettings, run_up
 
     settings = UpSettings(

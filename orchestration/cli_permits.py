@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Group
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -75,7 +76,7 @@ def _as_json(pools: list[PoolStatus]) -> str:
             {
                 "pool": p.pool,
                 "size": p.size,
-                "leases": [lease.__dict__ for lease in p.leases],
+                "leases": [asdict(lease) for lease in p.leases],
             }
             for p in pools
         ],
@@ -110,8 +111,6 @@ def status(
             print(_as_json(pools))
             return
         if not watch:
-            from rich.console import Console
-
             Console().print(pools_table(pools))
             return
         with Live(pools_table(pools), auto_refresh=False) as live:

@@ -18,12 +18,12 @@ Why each setting:
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Final
 
 import yaml
 
+from consumers.config_utils import state_dir
 from consumers.landing_files import default_lake
 
 #: Tag every Spark run launched by Lanehouse carries; at most ``SPARK_RUN_LIMIT`` run at once.
@@ -34,15 +34,6 @@ SPARK_RUN_LIMIT: Final = 1
 SPARK_POOL: Final = "spark"
 #: Tag of dead-letter replay runs (value: the workload), limited to one run per value.
 REPLAY_RUN_TAG: Final = "lanehouse/dead_letter_replay"
-#: The state directory unless ``LANEHOUSE_HOME`` or ``--state-dir`` says otherwise.
-DEFAULT_STATE_DIR: Final = Path(".lanehouse")
-
-
-def state_dir(given: Path | None = None) -> Path:
-    """Where Lanehouse keeps Dagster's home and embedded brokers' data."""
-    if given is not None:
-        return given
-    return Path(os.environ.get("LANEHOUSE_HOME", DEFAULT_STATE_DIR))
 
 
 def lake_dir(state: Path | None = None) -> Path:
@@ -90,11 +81,14 @@ def prepare_dagster_home(state: Path) -> Path:
     event logs and schedules in the same directory are kept.
     """
     home = (state / "dagster").resolve()
-    home.mkdir(parents=True, exist_ok=True)
-    header = "# Written by `lanehouse up` (orchestration/instance.py); edits are overwritten.\n"
-    text = yaml.safe_dump(instance_config(), sort_keys=False)
-    (home / "dagster.yaml").write_text(header + text)
+    _write_generated(home / "dagster.yaml", instance_config())
     return home
+
+
+def _write_generated(path: Path, config: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = "# Written by `lanehouse up` (orchestration/instance.py); edits are overwritten.\n"
+    path.write_text(header + yaml.safe_dump(config, sort_keys=False))
 
 
 #: The shared pool every workload of ``lanehouse up`` draws from unless a config file says more.
@@ -106,19 +100,12 @@ def prepare_platform_config(state: Path) -> Path:
     ``./lanehouse.yaml`` if there is one, else ``<state>/lanehouse.yaml`` (rewritten each time)
     declaring the ``default`` pool shared through ``<state>/permits.db``. Every consumer run is
     its own process, so only a shared pool makes the limit hold across workloads."""
-    from consumers.platform_config import config_path
+    from consumers.platform_config import config_path, default_permits_url
 
     given = config_path()
     if given is not None:
         return given.resolve()
     path = (state / "lanehouse.yaml").resolve()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    config = {
-        "permits": {
-            "url": f"sqlite:///{state.resolve() / 'permits.db'}",
-            "pools": {"default": {"size": UP_POOL_SIZE}},
-        }
-    }
-    header = "# Written by `lanehouse up` (orchestration/instance.py); edits are overwritten.\n"
-    path.write_text(header + yaml.safe_dump(config, sort_keys=False))
+    pools = {"default": {"size": UP_POOL_SIZE}}
+    _write_generated(path, {"permits": {"url": default_permits_url(state), "pools": pools}})
     return path

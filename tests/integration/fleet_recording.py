@@ -10,15 +10,13 @@ a random latency of up to that many seconds.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from consumers.record import Record
-from tests.integration.recording import append_line
+from tests.integration.recording import append_line, handled
 
 
 def _path() -> Path:
@@ -26,17 +24,8 @@ def _path() -> Path:
 
 
 async def record(rec: Record) -> None:
-    delay = float(os.environ.get("LH_DELAY", "0"))
-    if delay:
-        await asyncio.sleep(random.random() * delay)
-    value = rec.json()
-    assert rec._part is not None
-    epoch = rec._part.generation
-    append_line(
-        _path(),
-        f"{value['key']} {value['seq']} {rec.partition} {rec.offset} {epoch} "
-        f"{time.monotonic_ns()} {os.getpid()}\n",
-    )
+    line = await handled(rec)
+    append_line(_path(), f"{line} {time.monotonic_ns()} {os.getpid()}\n")
 
 
 @dataclass(frozen=True)

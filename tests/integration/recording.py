@@ -36,14 +36,19 @@ def _write(line: str) -> None:
     append_line(os.environ["LH_RECORD_FILE"], line)
 
 
-async def record(rec: Record) -> None:
+async def handled(rec: Record) -> str:
+    """After a random ``$LH_DELAY``: the record as ``key seq partition offset epoch``."""
     delay = float(os.environ.get("LH_DELAY", "0"))
     if delay:
         await asyncio.sleep(random.random() * delay)
     value = rec.json()
     assert rec._part is not None
     epoch = rec._part.generation  # unique per assignment (an id() could be reused)
-    _write(f"{value['key']} {value['seq']} {rec.partition} {rec.offset} {epoch}\n")
+    return f"{value['key']} {value['seq']} {rec.partition} {rec.offset} {epoch}"
+
+
+async def record(rec: Record) -> None:
+    _write(f"{await handled(rec)}\n")
 
 
 Row = tuple[str, int, int, int, int]
