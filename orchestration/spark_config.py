@@ -23,6 +23,7 @@ import re
 from collections.abc import Mapping
 from typing import Final
 
+from consumers.spec import is_secret_key
 from spark_jobs import LOCAL_SPARK_CONF
 
 SPARK_MASTER_ENV: Final = "LANEHOUSE_SPARK_MASTER"
@@ -39,7 +40,8 @@ LOCAL_ONLY_KEYS: Final = frozenset(
         "spark.default.parallelism",
     }
 )
-_SECRET: Final = re.compile(r"secret|password|passwd|token|credential|key", re.IGNORECASE)
+#: Beyond the client markers every spec masks: Hadoop/cloud credentials (``fs.s3a.access.key``).
+_SPARK_SECRET: Final = re.compile(r"passwd|credential|key", re.IGNORECASE)
 
 
 def spark_master(env: Mapping[str, str] | None = None) -> str:
@@ -54,7 +56,7 @@ def is_local(master: str) -> bool:
 
 def looks_secret(key: str) -> bool:
     """Whether a property's value must never be shown (``...secret.key``, ``...password``)."""
-    return bool(_SECRET.search(key))
+    return is_secret_key(key) or bool(_SPARK_SECRET.search(key))
 
 
 def extra_spark_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
