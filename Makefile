@@ -50,7 +50,7 @@ bench-e2e: $(STAMP)
 # `lanehouse consume --replicas 1` vs `--replicas 2` on one 8-partition topic (docs/benchmarks.md).
 .PHONY: bench-fleet
 bench-fleet: $(STAMP)
-	$(BIN)/python bench/fleet.py
+	$(BIN)/python -m bench.fleet
 
 # Re-resolve every dependency within pyproject.toml's ranges into a fresh venv, then pin it.
 lock:

@@ -46,6 +46,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -339,7 +340,7 @@ def child(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------------------- parent side
 
 
-def rate_between(stamps: list[list[float]], lo: float, hi: float) -> float | None:
+def rate_between(stamps: Sequence[Sequence[float]], lo: float, hi: float) -> float | None:
     """Records per second between the stamps where ``lo`` and ``hi`` records were done."""
     a, b = (next((s for s in stamps if s[0] >= n), None) for n in (lo, hi))
     return (b[0] - a[0]) / (b[1] - a[1]) if a and b and b[1] > a[1] else None

@@ -1,6 +1,6 @@
 """Consumer fleet bench: `lanehouse consume --replicas 1` vs `--replicas 2` on one embedded Tansu.
 
-    .venv/bin/python bench/fleet.py [--records N] [--partitions P] [--repeat K] [--out F]
+    .venv/bin/python -m bench.fleet [--records N] [--partitions P] [--repeat K] [--out F]
 
 One 8-partition topic with 1,000 keys (``produce_sample``) for the whole run; each run is the
 real command line, ``lanehouse consume SPEC --replicas R --until-idle 1``, on a fresh consumer
@@ -38,6 +38,8 @@ import uuid
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
+
+from bench.engine import rate_between
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = 1000
@@ -135,13 +137,6 @@ def cpu_seconds(processes: list[Any]) -> float:
     return total
 
 
-def rate_between(stamps: list[tuple[int, int]], lo: float, hi: float) -> float | None:
-    """Records per second between the moments ``lo`` and ``hi`` records were done."""
-    a = next((s for s in stamps if s[0] >= lo), None)
-    b = next((s for s in stamps if s[0] >= hi), None)
-    return (b[0] - a[0]) / (b[1] - a[1]) * 1e9 if a and b and b[1] > a[1] else None
-
-
 def run_once(
     replicas: int, broker: Any, topic: str, ends: dict[int, int], records: int, timeout: float
 ) -> dict[str, Any]:
@@ -214,10 +209,11 @@ def run_once(
         for s in stats
         for (n, ns), (prev, _) in zip(s["stamps"], [(0, 0), *s["stamps"]], strict=False)
     )
-    cumulative, total = [], 0
+    cumulative: list[tuple[int, float]] = []
+    total = 0
     for ns, n in merged:
         total += n
-        cumulative.append((total, ns))
+        cumulative.append((total, ns / 1e9))
     window = (committed_at - seen_first) / 1e9
     machine0, machine1 = cpu0["machine"], cpu1["machine"]
     all_delta = sum(machine1) - sum(machine0)
