@@ -44,7 +44,6 @@ from orchestration.console import print_error
 
 log = logging.getLogger("lanehouse.replicas")
 
-MAX_REPLICAS = 64
 _POLL = 0.05  # seconds between checks of the children
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
@@ -113,12 +112,9 @@ def run_fleet(
 ) -> int:
     """Run ``replicas`` children of ``lanehouse consume ARGS``; the exit status for the CLI.
 
-    Child I gets ``--metrics-port metrics_port + I`` when a metrics port is given.
+    Child I gets ``--metrics-port metrics_port + I`` when a metrics port is given. The CLI
+    option bounds ``replicas`` (1..64).
     """
-    if not 1 <= replicas <= MAX_REPLICAS:
-        raise typer.BadParameter(
-            f"must be 1..{MAX_REPLICAS}, got {replicas}", param_hint="'--replicas'"
-        )
     if metrics_port is not None and metrics_port + replicas - 1 > 65535:
         raise typer.BadParameter(
             f"{replicas} replicas need ports {metrics_port}..{metrics_port + replicas - 1}",
