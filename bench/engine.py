@@ -35,15 +35,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import importlib.util
 import json
 import logging
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -56,6 +55,9 @@ from typing import Any, Literal
 import confluent_kafka
 from confluent_kafka import Consumer, TopicPartition
 
+from bench.check import Check, seq_of
+from bench.peers.venvs import peer_python
+from consumers import event_loop
 from consumers.app import ConsumerApp, Workload
 from consumers.backends.kafka import CONSUMER_DEFAULTS, ENGINE_OWNED, kafka_consumer_factory
 from consumers.embedded.child import BrokerProcess
@@ -77,7 +79,7 @@ CLIENT = {
     "session.timeout.ms": 2000,
     "heartbeat.interval.ms": 500,
 }
-HAS_UVLOOP = importlib.util.find_spec("uvloop") is not None
+MEMORY_KEYS = (("1k", 1000), ("10k", 10_000), ("100k", 100_000), ("1m", 1_000_000))
 FAIL_EVERY, FAIL_AT = 100, 7  # fail_once rows: offset % 100 == 7 fails its first attempt
 RETRY = RetryPolicy(max_attempts=3, backoff=0.02, max_backoff=0.2, jitter=True)
 BATCH = {"mode": "batch", "batch_size": 500, "batch_max_wait": 0.05}
@@ -85,26 +87,58 @@ BATCH = {"mode": "batch", "batch_size": 500, "batch_max_wait": 0.05}
 
 @dataclass(frozen=True)
 class Row:
-    kind: str  # raw | noop | sleep | json
+    kind: str  # raw | noop | sleep | sleep_sync | json
     concurrency: int = 1000
     records: int = 200_000
-    uvloop: bool = False
+    #: The event loop of an engine row: the engine's default (uvloop) or stdlib asyncio.
+    loop: Literal["engine", "asyncio"] = "engine"
     fail_once: bool = False  # 1% of records raise once, with RETRY as the retry policy
     batch: bool = False  # the handler takes a list (BATCH settings)
     backend: Literal["kafka", "pulsar"] = "kafka"
     #: Where the permits come from: the in-process pool, or a shared pool leased in a database.
     permits: Literal["local", "sqlite", "postgresql"] = "local"
+    keys: int = KEYS
+    #: A peer library run in its own venv (bench/peers) instead of Lanehouse.
+    peer: Literal["quix", "arroyo"] | None = None
+    #: The Lanehouse row a peer row is compared with (ratio = Lanehouse / peer msg/s).
+    vs: str | None = None
+
+    @property
+    def ordered(self) -> bool:
+        """Whether the contender promises per-key order (a violation is then an error)."""
+        return self.peer is None or self.kind in ("noop", "json") or self.peer == "quix"
+
+
+def _sweep(keys: int) -> Row:
+    """The 20 ms row at C=1,000 over ``keys`` keys: 100 records a key (at most 100,000)."""
+    return Row("sleep", 1000, min(100 * keys, 100_000), keys=keys)
 
 
 ROWS = {
+    # The client's ceiling: consume() and a plain Python loop over the messages.
     "raw_consume": Row("raw"),
     "noop_key": Row("noop"),
-    "noop_key_uvloop": Row("noop", uvloop=True),
-    "sleep20_c300": Row("sleep", 300, 100_000),
-    "sleep20_c1000": Row("sleep", 1000, 200_000),
+    "quix_noop": Row("noop", 1, peer="quix", vs="noop_key"),
+    "arroyo_noop": Row("noop", 1, peer="arroyo", vs="noop_key"),
+    "noop_key_asyncio": Row("noop", loop="asyncio"),
     "json": Row("json"),
-    "retry_1pct": Row("sleep", 1000, 200_000, fail_once=True),
+    "quix_json": Row("json", 1, peer="quix", vs="json"),
+    "arroyo_json": Row("json", 1, peer="arroyo", vs="json"),
     "batch_json": Row("json", 4, batch=True),
+    "sleep20_c100": Row("sleep", 100, 40_000),
+    "sleep20_c300": Row("sleep", 300, 100_000),
+    "sleep20_c300_asyncio": Row("sleep", 300, 100_000, loop="asyncio"),
+    "sleep20_c1000": Row("sleep", 1000, 200_000),
+    "sleep20sync_c100": Row("sleep_sync", 100, 40_000),
+    "sleep20sync_c300": Row("sleep_sync", 300, 60_000),
+    "quix_sleep20": Row("sleep_sync", 1, 500, peer="quix", vs="sleep20sync_c100"),
+    "arroyo_sleep20_c100": Row("sleep_sync", 100, 20_000, peer="arroyo", vs="sleep20sync_c100"),
+    "arroyo_sleep20_c300": Row("sleep_sync", 300, 40_000, peer="arroyo", vs="sleep20sync_c300"),
+    "arroyo_sleep20_c1000": Row("sleep_sync", 1000, 40_000, peer="arroyo", vs="sleep20_c1000"),
+    "retry_1pct": Row("sleep", 1000, 200_000, fail_once=True),
+    **{f"keys_{n}": _sweep(n) for n in (1, 10, 100, 1000, 10_000)},
+    # Memory against key cardinality: the no-op row over 1M records, 1k to 1M distinct keys.
+    **{f"mem_keys_{label}": Row("noop", records=1_000_000, keys=n) for label, n in MEMORY_KEYS},
     "sleep20_c300_shared_sqlite": Row("sleep", 300, 100_000, permits="sqlite"),
     "sleep20_c300_shared_pg": Row("sleep", 300, 100_000, permits="postgresql"),
     "pulsar_raw_receive": Row("raw", backend="pulsar"),
@@ -116,79 +150,19 @@ ROWS = {
 # ---------------------------------------------------------------------------- child side
 
 
-class Check:
-    """Counts completions (a timestamp every 1,000 and at the last), per-key order, log ends."""
-
-    def __init__(self, records: int) -> None:
-        self.records, self.done, self.stamped = records, 0, 0
-        self.stamps: list[tuple[int, float]] = []
-        self.t0 = self.t1 = self.cpu0 = self.cpu1 = 0.0
-        self.last: dict[bytes | None, int] = {}
-        self.active: set[bytes | None] = set()
-        self.high: dict[int, int] = {}
-        self.violations = 0
-        self.injected = 0  # first attempts the fail_once handler failed on purpose
-        self.sink: Any = None  # the json row's output, so the transform is not dead code
-
-    def start_clock(self) -> None:
-        self.t0, self.cpu0 = time.perf_counter(), time.process_time()
-
-    def tick(self, n: int) -> None:
-        self.done += n
-        if self.done - self.stamped >= 1000 or self.done >= self.records:
-            self.stamped = self.done
-            self.stamps.append((self.done, time.perf_counter()))
-            if self.done >= self.records:
-                self.t1, self.cpu1 = time.perf_counter(), time.process_time()
-
-    def begin(self, rec: Record, seq: int) -> None:
-        if not self.t0:
-            self.start_clock()
-        key = rec.key
-        if key in self.active or seq != self.last.get(key, -1) + 1:
-            self.violations += 1
-        self.active.add(key)
-        self.last[key] = seq
-
-    def fail(self, rec: Record, seq: int) -> None:
-        """An attempt failed on purpose: its key is free again and ``seq`` is not counted yet
-        (its lane is held, so the retry must be the key's next record)."""
-        self.active.discard(rec.key)
-        self.last[rec.key] = seq - 1
-        self.injected += 1
-
-    def end(self, rec: Record) -> None:
-        self.active.discard(rec.key)
-        if rec.offset >= self.high.get(rec.partition, 0):
-            self.high[rec.partition] = rec.offset + 1
-        self.tick(1)
-
-    def result(self) -> dict[str, Any]:
-        return {
-            "done": self.done,
-            "stamps": self.stamps,
-            "window_s": self.t1 - self.t0,
-            "window_cpu_s": self.cpu1 - self.cpu0,
-            "high": self.high,
-            "violations": self.violations,
-            "injected": self.injected,
-            "busiest_key": max(self.last.values(), default=-1) + 1,
-        }
-
-
-def seq_of(value: bytes) -> int:
-    """``seq`` from a produce_sample value without a full JSON parse."""
-    i = value.index(b'"seq":') + 6
-    return int(value[i : value.index(b",", i)])
-
-
 class InjectedFailure(Exception):
     """What the fail_once handler raises on a record's first attempt."""
 
 
 def make_handler(row: Row, check: Check) -> Any:
-    begin, end = check.begin, check.end
+    check_begin, check_end = check.begin, check.end
     failed: set[tuple[int, int]] = set()
+
+    def begin(rec: Record, seq: int) -> None:
+        check_begin(rec.key, seq)  # type: ignore[arg-type]
+
+    def end(rec: Record) -> None:
+        check_end(rec.key, rec.partition, rec.offset)  # type: ignore[arg-type]
 
     async def noop(rec: Record) -> None:
         begin(rec, seq_of(rec.value))  # type: ignore[arg-type]
@@ -205,9 +179,18 @@ def make_handler(row: Row, check: Check) -> Any:
         await asyncio.sleep(SLEEP)
         if rec.offset % FAIL_EVERY == FAIL_AT and (rec.partition, rec.offset) not in failed:
             failed.add((rec.partition, rec.offset))
-            check.fail(rec, seq)
+            check.fail(rec.key, seq)  # type: ignore[arg-type]
             raise InjectedFailure(f"first attempt of {rec.partition}@{rec.offset}")
         end(rec)
+
+    lock = threading.Lock()  # the sync handler runs on the engine's threads; Check is not safe
+
+    def sleep_sync(rec: Record) -> None:
+        with lock:
+            begin(rec, seq_of(rec.value))  # type: ignore[arg-type]
+        time.sleep(SLEEP)
+        with lock:
+            end(rec)
 
     def parse(rec: Record) -> int:
         data = json.loads(rec.value)  # type: ignore[arg-type]
@@ -229,14 +212,14 @@ def make_handler(row: Row, check: Check) -> Any:
     if row.fail_once:
         assert row.kind == "sleep", "only the sleep handler has a fail_once form"
         return sleep_fail_once
-    return {"noop": noop, "sleep": sleep, "json": transform}[row.kind]
+    return {"noop": noop, "sleep": sleep, "sleep_sync": sleep_sync, "json": transform}[row.kind]
 
 
 def run_raw(args: argparse.Namespace) -> dict[str, Any]:
     config = {**CLIENT, **ENGINE_OWNED, "bootstrap.servers": args.broker, "group.id": args.group}
     consumer = Consumer(config)
     consumer.subscribe([args.topic])
-    check, high = Check(args.records), {}
+    check, high = Check(args.records, args.keys), {}
     deadline = time.monotonic() + args.timeout
     while check.done < args.records and time.monotonic() < deadline:
         messages = consumer.consume(num_messages=5000, timeout=0.1)
@@ -268,7 +251,7 @@ def run_raw_pulsar(args: argparse.Namespace) -> dict[str, Any]:
         initial_position=pulsar.InitialPosition.Earliest,
     )
     receive, acknowledge = consumer.receive, consumer.acknowledge
-    check = Check(args.records)
+    check = Check(args.records, args.keys)
     deadline = time.monotonic() + args.timeout
     while check.done < args.records and time.monotonic() < deadline:
         try:
@@ -286,7 +269,7 @@ def run_raw_pulsar(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_engine(row: Row, args: argparse.Namespace) -> dict[str, Any]:
-    check = Check(args.records)
+    check = Check(args.records, args.keys)
     extra: dict[str, Any] = dict(BATCH) if row.batch else {}
     if row.fail_once:
         extra["retry"] = RETRY
@@ -317,12 +300,9 @@ def run_engine(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         )
         return await app.run(until_idle=1.0)
 
-    if row.uvloop:
-        import uvloop
-
-        summaries = uvloop.run(main())
-    else:
-        summaries = asyncio.run(main())
+    if row.loop == "asyncio":
+        os.environ[event_loop.ENV] = "asyncio"
+    summaries = event_loop.run(main())
     return {**check.result(), "counters": summaries[0].counters}
 
 
@@ -332,8 +312,6 @@ def child(args: argparse.Namespace) -> None:
         result = run_raw_pulsar(args) if row.backend == "pulsar" else run_raw(args)
     else:
         result = run_engine(row, args)
-    result["cpu_total_s"] = time.process_time()
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(result))
 
 
@@ -365,9 +343,9 @@ def start_broker(backend: str) -> BrokerProcess:
 
 def produce(row: Row, broker: str, topic: str, records: int) -> None:
     if row.backend == "pulsar":
-        produce_pulsar_sample(broker, topic, records, KEYS)
+        produce_pulsar_sample(broker, topic, records, row.keys)
     else:
-        produce_sample(broker, topic, records, KEYS, partitions=PARTITIONS)
+        produce_sample(broker, topic, records, row.keys, partitions=PARTITIONS)
 
 
 def commit_errors(row: Row, broker: str, topic: str, group: str, high: dict[int, int]) -> list[str]:
@@ -377,37 +355,47 @@ def commit_errors(row: Row, broker: str, topic: str, group: str, high: dict[int,
 
         left = unacknowledged(broker, group, topic)
         return [f"{len(left)} records unacknowledged, first ids {left[:3]}"] if left else []
-    committed = committed_offsets(broker, group, topic)
-    if len(high) == PARTITIONS and committed == high:
+    # A partition no record went to (a row with few keys) has nothing to commit.
+    committed = {p: max(o, 0) for p, o in committed_offsets(broker, group, topic).items()}
+    ends = {p: high.get(p, 0) for p in range(PARTITIONS)}
+    if committed == ends:
         return []
-    return [f"committed {committed} != log end {high}"]
+    return [f"committed {committed} != log end {ends}"]
 
 
 def run_row(
-    name: str, records: int, broker: str, timeout: float, permit_urls: dict[str, str]
+    name: str,
+    records: int,
+    broker: str,
+    timeout: float,
+    permit_urls: dict[str, str],
+    profile: Path | None = None,
 ) -> dict[str, Any]:
     row = ROWS[name]
     short = f"bench-{name}-{uuid.uuid4().hex[:8]}"
     topic = validate_pulsar_topic(short) if row.backend == "pulsar" else short
     group = f"{short}-group"
     produce(row, broker, topic, records)
-    cmd = [sys.executable, "-m", "bench.engine", "--child", name, "--broker", broker]
-    cmd += [
-        "--topic",
-        topic,
-        "--group",
-        group,
-        "--records",
-        str(records),
-        "--timeout",
-        str(timeout),
-    ]
+    common = ["--broker", broker, "--topic", topic, "--group", group, "--records", str(records)]
+    common += ["--timeout", str(timeout), "--keys", str(row.keys)]
+    if row.peer is not None:
+        kind = "sleep" if row.kind == "sleep_sync" else row.kind
+        script = ROOT / "bench" / "peers" / f"{row.peer}_child.py"
+        cmd = [str(peer_python(row.peer)), str(script), *common, "--kind", kind]
+        cmd += ["--concurrency", str(row.concurrency)]
+    else:
+        cmd = [sys.executable, "-m", "bench.engine", "--child", name, *common]
     if row.permits != "local":
         cmd += ["--permits-url", permit_urls[row.permits]]
+    if profile is not None:  # py-spy samples the child, its threads and native frames included
+        profile.mkdir(parents=True, exist_ok=True)
+        out_file = profile / f"{name}-{uuid.uuid4().hex[:6]}.txt"
+        cmd = ["py-spy", "record", "--format", "raw", "--threads", "-o", str(out_file), "--", *cmd]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT, timeout=timeout + 60)
     if proc.returncode != 0:
         return {"row": name, "records": records, "errors": [f"child exited {proc.returncode}"]}
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    # The last JSON line: a profiler may print its own lines around the child's.
+    res = json.loads(next(x for x in reversed(proc.stdout.splitlines()) if x.startswith("{")))
     high = {int(p): off for p, off in res["high"].items()}
     out: dict[str, Any] = {"row": name, "records": records, "errors": []}
     if res["done"] != records:
@@ -416,7 +404,7 @@ def run_row(
     out["msg_s"] = res["done"] / window if window > 0 else None
     out["msg_s_10_90"] = rate_between(res["stamps"], 0.1 * records, 0.9 * records)
     out["bound"] = out["efficiency"] = None
-    if row.kind == "sleep" and res["busiest_key"] > 0:
+    if row.kind in ("sleep", "sleep_sync") and res["busiest_key"] > 0:
         out["busiest_key"] = res["busiest_key"]
         out["bound"] = min(row.concurrency / SLEEP, records / (res["busiest_key"] * SLEEP))
         out["efficiency"] = out["msg_s"] / out["bound"] if out["msg_s"] else None
@@ -430,7 +418,10 @@ def run_row(
     if row.kind != "raw":
         out["order_ok"] = res["violations"] == 0
         if not out["order_ok"]:
-            out["errors"].append(f"{res['violations']} per-key order violations")
+            out["order_violations"] = res["violations"]
+            if row.ordered:  # a peer that never promised per-key order is reported, not failed
+                out["errors"].append(f"{res['violations']} per-key order violations")
+    if row.kind != "raw" and row.peer is None:
         counters = res["counters"]
         injected = res["injected"]  # 0 except in fail_once rows
         if counters.get("failed") != injected or counters.get("commit_failures"):
@@ -468,13 +459,54 @@ def permit_databases(kinds: set[str], stack: ExitStack) -> dict[str, str]:
 
 
 def ratios(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Each shared-pool row's msg/s against the same row on the in-process pool."""
+    """msg/s side by side from the same run: Lanehouse over each peer, each shared-pool row
+    over the in-process pool, the engine's loop over stdlib asyncio."""
     rates = {r["row"]: r.get("msg_s") for r in rows}
+    pairs = []  # (numerator, denominator)
+    for name in rates:
+        row = ROWS[name]
+        if row.vs is not None:
+            pairs.append((row.vs, name))
+        elif "_shared_" in name:
+            pairs.append((name, name.rsplit("_shared_", 1)[0]))
+        elif row.loop == "asyncio":
+            pairs.append((name.removesuffix("_asyncio"), name))
     out = {}
-    for name, rate in rates.items():
-        base = rates.get(name.rsplit("_shared_", 1)[0]) if "_shared_" in name else None
-        if rate and base:
-            out[f"{name}/local"] = rate / base
+    for top, bottom in pairs:
+        if rates.get(top) and rates.get(bottom):
+            out[f"{top}/{bottom}"] = rates[top] / rates[bottom]
+    return out
+
+
+def goals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 8's targets, for the rows that ran: value, target, met."""
+    by = {r["row"]: r for r in rows}
+    rate = ratios(rows)
+    out: list[dict[str, Any]] = []
+
+    def goal(text: str, value: float | None, target: float, at_most: bool = False) -> None:
+        met = value is not None and (value <= target if at_most else value >= target)
+        out.append({"goal": text, "value": value, "target": target, "met": met})
+
+    if "noop_key/quix_noop" in rate:
+        goal("no-op, key-ordered: Lanehouse / Quix", rate["noop_key/quix_noop"], 2.5)
+    if "json/quix_json" in rate:
+        goal("JSON: Lanehouse / Quix", rate["json/quix_json"], 1.5)
+    if "sleep20_c300" in by:
+        row = by["sleep20_c300"]
+        goal("20 ms, C=300: efficiency (whole run)", row.get("efficiency"), 0.95)
+        steady = row.get("msg_s_10_90")
+        goal("20 ms, C=300: efficiency (steady 10-90%)", steady and steady / row["bound"], 0.95)
+    if "sleep20_c1000" in by:
+        row = by["sleep20_c1000"]
+        ordered = row.get("msg_s") if row.get("order_ok") else None
+        goal("20 ms, C=1,000: msg/s, per-key order kept", ordered, 45_000)
+        goal("20 ms, C=1,000: peak RSS MB", row.get("peak_rss_mb"), 200, at_most=True)
+    memory = [by[f"mem_keys_{label}"] for label, _ in MEMORY_KEYS if f"mem_keys_{label}" in by]
+    if len(memory) == len(MEMORY_KEYS):
+        first = memory[0]["peak_rss_mb"]
+        spread = max(abs(r["peak_rss_mb"] / first - 1) for r in memory)
+        goal("memory 1k -> 1M keys: largest change from 1k", spread, 0.10, at_most=True)
     return out
 
 
@@ -491,6 +523,20 @@ def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
         out["runs"] = len(runs)
         out["msg_s_each"] = [r.get("msg_s") for r in runs]
     return out
+
+
+def peer_versions(peer: str) -> dict[str, str]:
+    """The peer's library and client versions, from its venv (built here if missing)."""
+    dist = {"quix": "quixstreams", "arroyo": "sentry-arroyo"}[peer]
+    code = (
+        "import json, confluent_kafka as c; from importlib.metadata import version as v; "
+        f"print(json.dumps({{'{dist}': v('{dist}'), 'confluent_kafka': c.__version__, "
+        "'librdkafka': c.libversion()[0]}))"
+    )
+    proc = subprocess.run([str(peer_python(peer)), "-c", code], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"the {peer} venv does not work:\n{proc.stderr}")
+    return dict(json.loads(proc.stdout))
 
 
 def fmt(value: Any, spec: str) -> str:
@@ -520,7 +566,11 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1, help="interleaved runs; median reported")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     parser.add_argument("--timeout", type=float, default=300.0, help="per child, seconds")
+    parser.add_argument(
+        "--profile", type=Path, help="run each child under py-spy; collapsed stacks go here"
+    )
     parser.add_argument("--child", choices=list(ROWS), help=argparse.SUPPRESS)
+    parser.add_argument("--keys", type=int, default=KEYS, help=argparse.SUPPRESS)
     for internal in ("--broker", "--topic", "--group", "--permits-url"):  # parent -> child only
         parser.add_argument(internal, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -531,7 +581,6 @@ def main() -> int:
     unknown = [n for n in names if n not in ROWS]
     if unknown:
         parser.error(f"unknown rows {unknown}; choose from {list(ROWS)}")
-    names = [n for n in names if HAS_UVLOOP or not ROWS[n].uvloop]
     machine = {
         "nproc": os.cpu_count(),
         "python": platform.python_version(),
@@ -540,6 +589,8 @@ def main() -> int:
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "loadavg_at_start": os.getloadavg(),
     }
+    for peer in sorted({p for n in names if (p := ROWS[n].peer)}):  # built before timing
+        machine[peer] = peer_versions(peer)
     backends = {ROWS[n].backend for n in names}
     if "pulsar" in backends:
         machine.update(pulsar_client=version("pulsar-client"), pulsar_lite=version("pulsar-lite"))
@@ -554,13 +605,28 @@ def main() -> int:
                     raise SystemExit(f"{type(broker).__name__} died:\n{broker.log_tail()}")
                 records = args.records or ROWS[name].records
                 print(f"[{rep + 1}/{args.repeat}] {name}: {records:,} records", file=sys.stderr)
-                result = run_row(name, records, broker.address, args.timeout, permit_urls)
+                result = run_row(
+                    name, records, broker.address, args.timeout, permit_urls, args.profile
+                )
                 for error in result["errors"]:
                     print(f"!!! CORRECTNESS FAILURE in {name}: {error}", file=sys.stderr)
                 runs[name].append(result)
     rows = [median_row(runs[n]) for n in names]
-    report = {"machine": machine, "rows": rows, "ratios": ratios(rows)}
+    report: dict[str, Any] = {
+        "machine": machine,
+        "rows": rows,
+        "ratios": ratios(rows),
+        "goals": goals(rows),
+    }
     print(table(rows), file=sys.stderr)
+    for pair, value in report["ratios"].items():
+        print(f"ratio {pair}: {value:.2f}", file=sys.stderr)
+    for g in report["goals"]:
+        verdict = "met" if g["met"] else "NOT MET"
+        print(
+            f"goal {g['goal']}: {fmt(g['value'], ',.2f')} (target {g['target']:,}) {verdict}",
+            file=sys.stderr,
+        )
     print(json.dumps(report, indent=2))
     if args.out:
         args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from consumers import event_loop
 from consumers.app import ConsumerApp, Workload, WorkloadSummary
 from consumers.backends.kafka import kafka_consumer_factory, kafka_identities
 from consumers.config_utils import import_callable
@@ -197,7 +197,7 @@ def run_specs(
         return []
     server = serve_metrics(app, metrics_port, metrics_host) if metrics_port is not None else None
     try:
-        return asyncio.run(
+        return event_loop.run(
             app.run(until_idle=until_idle, install_signal_handlers=install_signal_handlers)
         )
     finally:

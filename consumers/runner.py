@@ -377,9 +377,17 @@ class WorkloadRunner:
         return queued_records(self._ready)
 
     def _start_workers(self) -> None:
+        """Spawn workers for the runnable work, as far as permits allow.
+
+        Single mode spawns one worker at a time: a new worker spawns the next when it takes its
+        first lane (``_work``). A handler that never suspends then runs lane after lane in one
+        task, instead of a task per ready lane that would find the queue already emptied.
+        """
         if self._stopping:
             return
         want = self._runnable() - self._starting
+        if not self._batched:
+            want = min(want, 1 - self._starting)
         while want > 0 and self._pool.try_acquire(self._permits):
             self._spawn()
             want -= 1
@@ -406,6 +414,7 @@ class WorkloadRunner:
         tap = self._tap
         name = self.settings.name
         self._starting -= 1
+        chained = False
         try:
             while ready and not self._stopping:
                 lane = ready.popleft()
@@ -424,6 +433,10 @@ class WorkloadRunner:
                     if part.lanes.get(lane.lane_id) is lane:  # a retry may have left it
                         del part.lanes[lane.lane_id]
                 part.in_flight += 1
+                if not chained:  # the next worker, for the work left (see _start_workers)
+                    chained = True
+                    if ready:
+                        self._start_workers()
                 worker.record = rec
                 worker.started = clock.now()
                 outcome, error = await self._caller.call(worker, rec)

@@ -58,6 +58,7 @@ from dagster import (
 )
 from pydantic import Field
 
+from consumers import event_loop
 from consumers.app import ConsumerApp, WorkloadSummary
 from consumers.config_utils import read_yaml_mapping, spec_files
 from consumers.errors import SpecError
@@ -476,7 +477,9 @@ def consume(context: OpExecutionContext, config: ConsumerRunConfig) -> None:
         f"drain_timeout {spec.drain_timeout:g}s; observing every {config.observe_every_seconds:g}s"
     )
     try:
-        summaries = asyncio.run(serve(context, app, stop, reporter, config.observe_every_seconds))
+        summaries = event_loop.run(
+            serve(context, app, stop, reporter, config.observe_every_seconds)
+        )
     except Exception as exc:
         context.log.error(f"workload {name}: stopped by an error: {exc!r}")
         raise

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 from rich.console import Console
 from rich.table import Table
 
+from consumers import event_loop
 from consumers.app import ConsumerApp, WorkloadSummary
 from consumers.backends.kafka import committed_offsets, log_end_offsets
 from consumers.embedded.pulsar import start_pulsar_lite
@@ -223,7 +224,7 @@ def consume_demo(streams: Streams, data: DemoData, lake: Path, partitions: int) 
     TIME_ORDER.reset()
     app = build_app([streams.clicks, streams.orders], lake=lake)
     started = time.monotonic()
-    summaries, watched = asyncio.run(_run_watching(app, until_idle=1.0))
+    summaries, watched = event_loop.run(_run_watching(app, until_idle=1.0))
     seconds = time.monotonic() - started
     clicks, orders = streams.clicks, streams.orders
     topic, orders_topic = streams.topic, streams.orders_topic

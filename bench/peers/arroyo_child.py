@@ -1,0 +1,174 @@
+"""Bench peer: consume the sample topic with Sentry Arroyo, print one ``bench/check.py`` line.
+
+    <.bench-venvs/arroyo>/bin/python bench/peers/arroyo_child.py --broker H:P --topic T \
+        --group G --records N --keys K --kind {noop,json,sleep,sleep_async} --concurrency C \
+        --timeout S
+
+Runs in its own venv (``bench/peers/venvs.py``: arroyo needs confluent-kafka >=2.13.2, which
+conflicts with Quix Streams' pin), so it imports only the standard library, arroyo and
+``bench/check.py``. A ``StreamProcessor`` runs in the main thread over a ``KafkaConsumer``.
+
+- noop/json: ``RunTask(fn, CommitOffsets(commit))``, synchronous in the poll loop, no threads.
+- sleep: ``RunTaskInThreads(fn, concurrency=C, max_pending_futures=2*C, CommitOffsets(...))``,
+  Arroyo's way to overlap blocking I/O. ``Check.begin``/``end`` are not thread-safe, so the
+  worker takes one ``threading.Lock`` for ``begin`` and again for ``end`` (the 20 ms sleep is
+  outside it): a small cost Lanehouse's single-threaded handlers do not pay. Arroyo does not
+  keep a key's records apart, so two records of one key may run at once: the check counts
+  that as an order violation, and it is reported, not an error of this script.
+- sleep_async: Arroyo has no async handlers: exit code 2.
+
+Commits: explicit mode (``enable_auto_commit=False``, so Arroyo itself commits synchronously,
+rather than leaving it to librdkafka's auto-commit of stored offsets) with the default
+``ONCE_PER_SECOND`` policy. When ``records`` are done the handler calls
+``processor.signal_shutdown()``; the processor then closes its strategy, whose ``join`` forwards
+every finished message and makes ``CommitOffsets.join`` commit with ``force=True`` (not
+throttled) before the consumer closes, so every handled record is committed. A timer signals
+shutdown at ``--timeout``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from arroyo.backends.kafka import KafkaConsumer, KafkaPayload
+from arroyo.backends.kafka.configuration import build_kafka_consumer_configuration
+from arroyo.commit import ONCE_PER_SECOND
+from arroyo.processing import StreamProcessor
+from arroyo.processing.strategies import (
+    CommitOffsets,
+    ProcessingStrategy,
+    ProcessingStrategyFactory,
+    RunTask,
+    RunTaskInThreads,
+)
+from arroyo.types import Commit, Message, Partition, Topic
+from check import Check, seq_of
+
+SLEEP = 0.020
+CLIENT = {
+    "fetch.queue.backoff.ms": 10,
+    "fetch.wait.max.ms": 10,
+    "session.timeout.ms": 2000,
+    "heartbeat.interval.ms": 500,
+    "partition.assignment.strategy": "range",
+    "enable.partition.eof": False,  # build_kafka_consumer_configuration forces it anyway
+}
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--broker", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--group", required=True)
+    p.add_argument("--records", type=int, required=True)
+    p.add_argument("--keys", type=int, required=True)
+    p.add_argument("--kind", choices=["noop", "json", "sleep", "sleep_async"], required=True)
+    p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--timeout", type=float, default=300.0)
+    return p.parse_args()
+
+
+Handler = Callable[[Message[KafkaPayload]], None]
+
+
+def make_handler(kind: str, check: Check, finish: Callable[[], None]) -> Handler:
+    begin, end = check.begin, check.end
+
+    def noop(msg: Message[KafkaPayload]) -> None:
+        payload, where = msg.payload, msg.value
+        begin(payload.key, seq_of(payload.value))
+        end(payload.key, where.partition.index, where.offset)
+        finish()
+
+    def transform(msg: Message[KafkaPayload]) -> None:
+        payload, where = msg.payload, msg.value
+        data = json.loads(payload.value)
+        check.sink = {"key": data["key"].upper(), "seq": data["seq"] + 1}
+        begin(payload.key, int(data["seq"]))
+        end(payload.key, where.partition.index, where.offset)
+        finish()
+
+    lock = threading.Lock()
+
+    def sleep(msg: Message[KafkaPayload]) -> None:  # in a RunTaskInThreads worker
+        payload, where = msg.payload, msg.value
+        with lock:
+            begin(payload.key, seq_of(payload.value))
+        time.sleep(SLEEP)
+        with lock:
+            end(payload.key, where.partition.index, where.offset)
+        finish()
+
+    return {"noop": noop, "json": transform, "sleep": sleep}[kind]
+
+
+class Factory(ProcessingStrategyFactory[KafkaPayload]):
+    def __init__(self, handler: Handler, threads: int) -> None:
+        self.handler, self.threads = handler, threads
+
+    def create_with_partitions(
+        self, commit: Commit, partitions: Mapping[Partition, int]
+    ) -> ProcessingStrategy[KafkaPayload]:
+        if self.threads:
+            return RunTaskInThreads(
+                self.handler,
+                concurrency=self.threads,
+                max_pending_futures=2 * self.threads,
+                next_step=CommitOffsets(commit),
+            )
+        return RunTask(self.handler, CommitOffsets(commit))
+
+
+def main() -> int:
+    args = parse_args()
+    if args.kind == "sleep_async":
+        print(
+            "arroyo_child: sleep_async is not supported (Arroyo has no async handlers)",
+            file=sys.stderr,
+        )
+        return 2
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    check = Check(args.records, args.keys)
+    processor: StreamProcessor[KafkaPayload] | None = None
+    records = args.records
+
+    def finish() -> None:
+        if check.done >= records and processor is not None:
+            processor.signal_shutdown()  # only sets a flag: safe from a worker thread
+
+    config: dict[str, Any] = build_kafka_consumer_configuration(
+        {**CLIENT, "bootstrap.servers": args.broker},
+        group_id=args.group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    threads = args.concurrency if args.kind == "sleep" else 0
+    processor = StreamProcessor(
+        KafkaConsumer(config),
+        Topic(args.topic),
+        Factory(make_handler(args.kind, check, finish), threads),
+        commit_policy=ONCE_PER_SECOND,
+    )
+    timer = threading.Timer(args.timeout, processor.signal_shutdown)
+    timer.daemon = True
+    timer.start()
+    try:
+        processor.run()
+    finally:
+        timer.cancel()
+    print(json.dumps(check.result()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

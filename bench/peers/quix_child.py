@@ -1,0 +1,128 @@
+"""Bench peer: consume the sample topic with Quix Streams, print one ``bench/check.py`` line.
+
+    <.bench-venvs/quix>/bin/python bench/peers/quix_child.py --broker H:P --topic T --group G \
+        --records N --keys K --kind {noop,json,sleep,sleep_async} --concurrency C --timeout S
+
+Runs in its own venv (``bench/peers/venvs.py``: quixstreams pins confluent-kafka <2.13, which
+conflicts with Arroyo's), so it imports only the standard library, quixstreams and
+``bench/check.py``. Quix Streams handles one message at a time in its poll loop, so
+``--concurrency`` is accepted for the common protocol and ignored, and ``sleep_async`` (an async
+handler) does not exist here: exit code 2.
+
+The handler is an ``sdf.update(..., metadata=True)`` callback (``value, key, timestamp,
+headers``); partition and offset come from ``quixstreams.message_context()``. It does exactly
+what ``bench/engine.py`` ``make_handler`` does per record. When ``records`` are done it calls
+``app.stop()``: Quix stores the current message's offset after the callback, then leaves its
+loop and commits its checkpoint (``commit_checkpoint(force=True)``, a synchronous commit)
+before the consumer closes, so every handled record is committed. A timer stops the app at
+``--timeout``. ``state_dir`` is a temporary directory (nothing written into the repo), changelog
+topics are off (the app is stateless), and ``auto_create_topics`` is off: the topic exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from check import Check, seq_of
+from quixstreams import Application, message_context
+
+SLEEP = 0.020
+CLIENT = {
+    "fetch.queue.backoff.ms": 10,
+    "fetch.wait.max.ms": 10,
+    "session.timeout.ms": 2000,
+    "heartbeat.interval.ms": 500,
+    "partition.assignment.strategy": "range",
+    "enable.partition.eof": False,
+}
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--broker", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--group", required=True)
+    p.add_argument("--records", type=int, required=True)
+    p.add_argument("--keys", type=int, required=True)
+    p.add_argument("--kind", choices=["noop", "json", "sleep", "sleep_async"], required=True)
+    p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--timeout", type=float, default=300.0)
+    return p.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
+    if args.kind == "sleep_async":
+        print(
+            "quix_child: sleep_async is not supported (Quix Streams handlers are sync,"
+            " one message at a time)",
+            file=sys.stderr,
+        )
+        return 2
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    check = Check(args.records, args.keys)
+    begin, end, records = check.begin, check.end, args.records
+
+    with tempfile.TemporaryDirectory(prefix="quix-state-") as state_dir:
+        app = Application(
+            broker_address=args.broker,
+            consumer_group=args.group,
+            auto_offset_reset="earliest",
+            consumer_extra_config=dict(CLIENT),
+            state_dir=state_dir,
+            auto_create_topics=False,
+            use_changelog_topics=False,
+            loglevel="WARNING",
+        )
+
+        def finish() -> None:
+            if check.done >= records:
+                app.stop()
+
+        def noop(value: bytes, key: bytes, _ts: int, _headers: object) -> None:
+            ctx = message_context()
+            begin(key, seq_of(value))
+            end(key, ctx.partition, ctx.offset)
+            finish()
+
+        def transform(value: bytes, key: bytes, _ts: int, _headers: object) -> None:
+            ctx = message_context()
+            data = json.loads(value)
+            check.sink = {"key": data["key"].upper(), "seq": data["seq"] + 1}
+            begin(key, int(data["seq"]))
+            end(key, ctx.partition, ctx.offset)
+            finish()
+
+        def sleep(value: bytes, key: bytes, _ts: int, _headers: object) -> None:
+            ctx = message_context()
+            begin(key, seq_of(value))
+            time.sleep(SLEEP)
+            end(key, ctx.partition, ctx.offset)
+            finish()
+
+        handler = {"noop": noop, "json": transform, "sleep": sleep}[args.kind]
+        topic = app.topic(args.topic, key_deserializer="bytes", value_deserializer="bytes")
+        app.dataframe(topic).update(handler, metadata=True)
+
+        timer = threading.Timer(args.timeout, app.stop)
+        timer.daemon = True
+        timer.start()
+        try:
+            app.run()
+        finally:
+            timer.cancel()
+    print(json.dumps(check.result()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
