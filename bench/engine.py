@@ -78,6 +78,7 @@ CLIENT = {
     "fetch.wait.max.ms": 10,
     "session.timeout.ms": 2000,
     "heartbeat.interval.ms": 500,
+    **({"fetch.error.backoff.ms": int(os.environ["BENCH_FEB"])} if os.environ.get("BENCH_FEB") else {}),
 }
 MEMORY_KEYS = (("1k", 1000), ("10k", 10_000), ("100k", 100_000), ("1m", 1_000_000))
 FAIL_EVERY, FAIL_AT = 100, 7  # fail_once rows: offset % 100 == 7 fails its first attempt
@@ -277,6 +278,8 @@ def run_engine(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         engine_log = logging.getLogger("lanehouse")
         engine_log.addHandler(logging.FileHandler(os.devnull))
         engine_log.propagate = False
+    if os.environ.get("BENCH_MAXBUF"):
+        extra["max_buffered"] = int(os.environ["BENCH_MAXBUF"])
     settings = RunnerSettings(name="bench", ordering="key", concurrency=row.concurrency, **extra)
     if row.backend == "pulsar":
         from consumers.backends.pulsar import PulsarSettings, pulsar_consumer_factory

@@ -376,18 +376,20 @@ class WorkloadRunner:
             return len(self._ready)
         return queued_records(self._ready)
 
-    def _start_workers(self) -> None:
+    def _start_workers(self, fan_out: int = 0) -> None:
         """Spawn workers for the runnable work, as far as permits allow.
 
-        Single mode spawns one worker at a time: a new worker spawns the next when it takes its
-        first lane (``_work``). A handler that never suspends then runs lane after lane in one
-        task, instead of a task per ready lane that would find the queue already emptied.
+        Single mode starts one worker; each new worker, when it takes its first lane, spawns
+        ``fan_out`` more if lanes are still waiting (``_work``), so a burst of 1,000 lanes is
+        covered in about ten loop turns. A handler that never suspends runs lane after lane in
+        the first task instead, and the few spawned after it find the queue empty and leave:
+        no task per ready lane.
         """
         if self._stopping:
             return
         want = self._runnable() - self._starting
         if not self._batched:
-            want = min(want, 1 - self._starting)
+            want = min(want, fan_out or 1 - self._starting)
         while want > 0 and self._pool.try_acquire(self._permits):
             self._spawn()
             want -= 1
@@ -436,7 +438,7 @@ class WorkloadRunner:
                 if not chained:  # the next worker, for the work left (see _start_workers)
                     chained = True
                     if ready:
-                        self._start_workers()
+                        self._start_workers(fan_out=2)
                 worker.record = rec
                 worker.started = clock.now()
                 outcome, error = await self._caller.call(worker, rec)
