@@ -62,14 +62,12 @@ from consumers.app import ConsumerApp, Workload
 from consumers.backends.kafka import CONSUMER_DEFAULTS, ENGINE_OWNED, kafka_consumer_factory
 from consumers.embedded.child import BrokerProcess
 from consumers.embedded.tansu import start_tansu
-from consumers.permit_store import PermitStore
 from consumers.permits import LocalPermitPool
 from consumers.pulsar_options import validate_pulsar_topic
 from consumers.record import Record
 from consumers.resolution import RetryPolicy
 from consumers.runner import RunnerSettings
 from consumers.sample import produce_pulsar_sample, produce_sample
-from consumers.shared_permits import SharedPermitPool
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS, KEYS, SLEEP = 4, 1000, 0.020
@@ -292,7 +290,10 @@ def run_engine(row: Row, args: argparse.Namespace) -> dict[str, Any]:
     workload = Workload(settings, make_handler(row, check), [args.topic], factory)
 
     pool_factory: Any = LocalPermitPool
-    if row.permits != "local":
+    if row.permits != "local":  # imported only here, so SQLAlchemy is not in other rows' RSS
+        from consumers.permit_store import PermitStore
+        from consumers.shared_permits import SharedPermitPool
+
         store = PermitStore(args.permits_url)
         store.declare_pools({"default": row.concurrency})
         pool_factory = lambda name, size: SharedPermitPool(name, store)  # noqa: E731

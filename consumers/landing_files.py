@@ -23,6 +23,7 @@ records' offsets. A crash leaves either the old file, the new one, or a ``.tmp``
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -31,41 +32,50 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Final
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Final
 
 from consumers.config_utils import state_dir
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 __all__ = [
-    "LANDED_ARROW_SCHEMA",
     "LandedRow",
     "SourceIdentity",
     "clear_from",
     "default_lake",
+    "landed_arrow_schema",
     "landed_path",
     "pack_pulsar_position",
     "write_landed",
 ]
 
-#: The columns of every landed file; ``event_date`` comes from the directory.
-LANDED_ARROW_SCHEMA: Final = pa.schema(
-    [
-        ("value", pa.binary()),
-        ("_source_kind", pa.string()),
-        ("_cluster", pa.string()),
-        ("_topic", pa.string()),
-        ("_topic_id", pa.string()),
-        ("_partition", pa.int32()),
-        ("_offset", pa.int64()),
-        ("_key", pa.binary()),
-        ("_timestamp", pa.timestamp("ms", tz="UTC")),
-        ("_landed_at", pa.timestamp("ms", tz="UTC")),
-        ("_workload", pa.string()),
-        ("_spec_hash", pa.string()),
-    ]
-)
+
+@functools.cache
+def landed_arrow_schema() -> pa.Schema:
+    """The columns of every landed file (``event_date`` comes from the directory). pyarrow is imported here and in :func:`write_landed`,
+    not with the module: it adds about 40 MB to every consumer process, and only workloads
+    that land files need it."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("value", pa.binary()),
+            ("_source_kind", pa.string()),
+            ("_cluster", pa.string()),
+            ("_topic", pa.string()),
+            ("_topic_id", pa.string()),
+            ("_partition", pa.int32()),
+            ("_offset", pa.int64()),
+            ("_key", pa.binary()),
+            ("_timestamp", pa.timestamp("ms", tz="UTC")),
+            ("_landed_at", pa.timestamp("ms", tz="UTC")),
+            ("_workload", pa.string()),
+            ("_spec_hash", pa.string()),
+        ]
+    )
+
+
 _UNSAFE: Final = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -155,6 +165,9 @@ def write_landed(
     """Write ``rows`` to ``path`` atomically and durably (see the module docstring)."""
     if not rows:
         raise ValueError("write_landed: no rows")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     count = len(rows)
     table = pa.table(
         {
@@ -171,7 +184,7 @@ def write_landed(
             "_workload": [workload] * count,
             "_spec_hash": [spec_hash] * count,
         },
-        schema=LANDED_ARROW_SCHEMA,
+        schema=landed_arrow_schema(),
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")
