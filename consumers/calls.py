@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
 from typing import Any
 
 from consumers.errors import HandlerError, HandlerTimeout
@@ -44,10 +45,20 @@ class HandlerCaller:
             None if is_async_handler(handler) else SyncInvoker(handler, max_threads, f"lh-{name}")
         )
 
-    async def call(self, worker: Worker, rec: Record) -> tuple[Outcome, HandlerError | None]:
-        """Run the interceptors and the handler on one record."""
-        if not self._interceptors:  # the hot path: no hooks to run
-            return await self._invoke(worker, rec, rec)
+    def call(
+        self, worker: Worker, rec: Record
+    ) -> Coroutine[Any, Any, tuple[Outcome, HandlerError | None]]:
+        """Run the interceptors and the handler on one record (await the result).
+
+        A plain function returning the coroutine to await: without interceptors, the hot path,
+        that is the invocation itself, one coroutine a record fewer."""
+        if not self._interceptors:
+            return self._invoke(worker, rec, rec)
+        return self._call_intercepted(worker, rec)
+
+    async def _call_intercepted(
+        self, worker: Worker, rec: Record
+    ) -> tuple[Outcome, HandlerError | None]:
         error = self._before([rec])
         if error is not None:
             return None, self._after(rec, None, error)

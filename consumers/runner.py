@@ -311,8 +311,9 @@ class WorkloadRunner:
         ready = self._ready
         counters = self.counters
         part: PartitionState | None = None
-        limit = self.settings.max_buffered
+        tracker = None
         sequenced = self._sequenced
+        consumed = 0
         for msg in messages:
             if msg.error() is not None:
                 counters.client_errors += 1
@@ -321,37 +322,42 @@ class WorkloadRunner:
             topic = msg.topic()
             partition = msg.partition()
             if part is None or part.partition != partition or part.topic != topic:
+                if part is not None:
+                    self._pause_if_full(part)  # once per run of a partition, not per record
                 part = parts.get((topic, partition))  # type: ignore[arg-type]
+                tracker = part.tracker if part is not None else None
             if part is None or part.closing:
                 counters.dropped_unassigned += 1
                 continue
+            assert tracker is not None
             offset: int = msg.offset()  # type: ignore[assignment]
-            last = part.tracker.last_delivered
+            last = tracker.last_delivered
             if last is not None and offset <= last:
                 # The client went back (a seek or an offset reset): this record was delivered
                 # before and is already tracked, so a second copy could only double-count.
                 counters.redelivered += 1
                 continue
+            key = msg.key()
             rec = Record(
                 part.topic,
                 part.partition,
                 offset,
-                msg.key(),
+                key,
                 msg.value(),
                 msg.headers(),
                 msg.timestamp()[1],
             )
             rec._part = part
-            part.tracker.deliver(rec, now)
+            tracker.deliver(rec, now)
             if sequenced:
                 part.emit.append(rec)
-            counters.consumed += 1
-            if part.skip and rec.offset in part.skip:
-                part.skip.discard(rec.offset)
+            consumed += 1
+            if part.skip and offset in part.skip:
+                part.skip.discard(offset)
                 counters.skipped += 1
                 self._resolver.done(rec, (), land=False)  # a previous owner landed it
                 continue
-            lane_id = route(rec.key)
+            lane_id = route(key)
             lane = part.lanes.get(lane_id)
             if lane is None:
                 lane = part.lanes[lane_id] = Lane(lane_id, part, ordered)
@@ -359,12 +365,18 @@ class WorkloadRunner:
             if not lane.ready and not lane.busy:
                 lane.ready = True
                 ready.append(lane)
-            if not part.paused and len(part.tracker) >= limit:
-                part.paused = True
-                self._control.pause([(part.topic, part.partition)])
+        counters.consumed += consumed
+        if part is not None:
+            self._pause_if_full(part)
         if self._batched:
             self._arrivals.set()
         self._start_workers()
+
+    def _pause_if_full(self, part: PartitionState) -> None:
+        """Pause a partition whose tracker holds ``max_buffered`` records (resumed at half)."""
+        if not part.paused and len(part.tracker) >= self.settings.max_buffered:
+            part.paused = True
+            self._control.pause([(part.topic, part.partition)])
 
     # ------------------------------------------------------------------ workers
 
@@ -411,10 +423,14 @@ class WorkloadRunner:
 
     async def _work(self, worker: Worker) -> None:
         ready = self._ready
-        clock = self._clock
+        now = self._clock.now
         immediate = self._resolver.immediate
         tap = self._tap
         name = self.settings.name
+        call = self._caller.call
+        finish = self._finish
+        progress = self._progress
+        should_yield, permits = self._pool.should_yield, self._permits
         self._starting -= 1
         chained = False
         try:
@@ -440,8 +456,8 @@ class WorkloadRunner:
                     if ready:
                         self._start_workers(fan_out=2)
                 worker.record = rec
-                worker.started = clock.now()
-                outcome, error = await self._caller.call(worker, rec)
+                worker.started = now()
+                outcome, error = await call(worker, rec)
                 worker.record = None
                 part.in_flight -= 1
                 held = False
@@ -449,7 +465,7 @@ class WorkloadRunner:
                     self.counters.late_completions += 1
                 else:
                     if outcome is None and error is None and immediate:
-                        self._finish(rec, part, clock.now())  # plain success: the hot path
+                        finish(rec, part, now())  # plain success: the hot path
                     else:
                         held = self._resolver.resolve(lane, rec, outcome, error)
                     if tap is not None and tap.active(name):
@@ -463,13 +479,13 @@ class WorkloadRunner:
                         ready.append(lane)
                     elif not lane.queue and part.lanes.get(lane.lane_id) is lane:
                         del part.lanes[lane.lane_id]
-                self._progress.set()
-                if self._pool.should_yield(self._permits):
+                progress.set()
+                if should_yield(permits):
                     break
         finally:
             self._workers.discard(worker)
-            self._progress.set()
-            self._pool.release(self._permits)
+            progress.set()
+            self._pool.release(permits)
             if ready and not self._stopping:
                 self._start_workers()
 
