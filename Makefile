@@ -40,8 +40,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy consumers orchestration spark_jobs
 
+# Lanehouse, the raw client, Quix Streams and Arroyo side by side (docs/benchmarks.md); the
+# peers' venvs (.bench-venvs/) are built on first use. ~25 min on 2 cores.
+BENCH_OUT ?= bench-results.json
 bench: $(STAMP)
-	$(BIN)/python bench/engine.py
+	$(BIN)/python -m bench.engine --repeat 3 --out $(BENCH_OUT)
 
 # 1,000,000 demo events from produce to clean Spark tables, time per stage (docs/benchmarks.md).
 bench-e2e: $(STAMP)

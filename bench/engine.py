@@ -397,7 +397,8 @@ def run_row(
     if profile is not None:  # py-spy samples the child, its threads and native frames included
         profile.mkdir(parents=True, exist_ok=True)
         out_file = profile / f"{name}-{uuid.uuid4().hex[:6]}.txt"
-        cmd = ["py-spy", "record", "--format", "raw", "--threads", "-o", str(out_file), "--", *cmd]
+        spy = Path(sys.executable).with_name("py-spy")  # a dev dependency, in the venv
+        cmd = [str(spy), "record", "--format", "raw", "--threads", "-o", str(out_file), "--", *cmd]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT, timeout=timeout + 60)
     if proc.returncode != 0:
         return {"row": name, "records": records, "errors": [f"child exited {proc.returncode}"]}
