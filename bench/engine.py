@@ -1,13 +1,18 @@
-"""Engine throughput bench against one embedded Tansu broker (and pulsar-lite for Pulsar rows).
+"""Lanehouse, the raw client, Quix Streams and Arroyo side by side, against one embedded broker.
 
-    PYTHONPATH=. .venv/bin/python bench/engine.py [--records N] [--rows a,b] [--repeat K] [--out F]
+    .venv/bin/python -m bench.engine [--records N] [--rows a,b] [--repeat K] [--out F] [--profile D]
 
-Per row: a fresh 4-partition topic with 1,000 keys (``produce_sample``), then the contender in
-its own child process (``--child ROW``) so peak RSS and CPU time are its own. Rates come from
-the handler's timestamps (first call -> last completion), so the group join and the idle wait
-at the end are excluded. Every engine row checks per-key order (seq = last + 1, never two
-records of one key at once), that every record was handled, and that the committed offset of
-every partition equals its log end; any failure makes the bench exit non-zero.
+Per row and run: a fresh 4-partition topic (``produce_sample``: 1,000 keys unless the row says
+otherwise), then the contender in its own child process so peak RSS and CPU time are its own:
+``--child ROW`` of this module for Lanehouse and the raw client, ``bench/peers/*_child.py`` in
+the peer's own venv (``bench/peers/venvs.py``) for Quix Streams and Arroyo. Every contender
+reports through ``bench/check.py``. Rates come from the handler's timestamps (first call -> last
+completion), so the group join and the idle wait at the end are excluded. Every row checks that
+every record was handled and that the committed offset of every partition equals its log end;
+per-key order (seq = last + 1, never two records of one key at once) is checked for every
+contender and is an error where the contender promises it (not Arroyo's thread strategy). Any
+failure makes the bench exit non-zero. ``--repeat`` interleaves the rows (A B C A B C ...) and
+reports medians; ``ratios`` and ``goals`` in the JSON compare rows of the same run.
 
 The ``pulsar_*`` rows run the same contenders against an embedded pulsar-lite broker, started
 only when one of them is selected: one non-partitioned topic (the engine's partition 0) with the

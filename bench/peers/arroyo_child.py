@@ -28,7 +28,6 @@ shutdown at ``--timeout``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -53,30 +52,7 @@ from arroyo.processing.strategies import (
 )
 from arroyo.types import Commit, Message, Partition, Topic
 from check import Check, seq_of
-
-SLEEP = 0.020
-CLIENT = {
-    "fetch.queue.backoff.ms": 10,
-    "fetch.wait.max.ms": 10,
-    "session.timeout.ms": 2000,
-    "heartbeat.interval.ms": 500,
-    "partition.assignment.strategy": "range",
-    "enable.partition.eof": False,  # build_kafka_consumer_configuration forces it anyway
-}
-
-
-def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--broker", required=True)
-    p.add_argument("--topic", required=True)
-    p.add_argument("--group", required=True)
-    p.add_argument("--records", type=int, required=True)
-    p.add_argument("--keys", type=int, required=True)
-    p.add_argument("--kind", choices=["noop", "json", "sleep", "sleep_async"], required=True)
-    p.add_argument("--concurrency", type=int, default=1)
-    p.add_argument("--timeout", type=float, default=300.0)
-    return p.parse_args()
-
+from common import CLIENT, SLEEP, parse_args, run_and_report
 
 Handler = Callable[[Message[KafkaPayload]], None]
 
@@ -130,7 +106,7 @@ class Factory(ProcessingStrategyFactory[KafkaPayload]):
 
 
 def main() -> int:
-    args = parse_args()
+    args = parse_args(__doc__.splitlines()[0])
     if args.kind == "sleep_async":
         print(
             "arroyo_child: sleep_async is not supported (Arroyo has no async handlers)",
@@ -159,15 +135,7 @@ def main() -> int:
         Factory(make_handler(args.kind, check, finish), threads),
         commit_policy=ONCE_PER_SECOND,
     )
-    timer = threading.Timer(args.timeout, processor.signal_shutdown)
-    timer.daemon = True
-    timer.start()
-    try:
-        processor.run()
-    finally:
-        timer.cancel()
-    print(json.dumps(check.result()), flush=True)
-    return 0
+    return run_and_report(processor.run, processor.signal_shutdown, args.timeout, check)
 
 
 if __name__ == "__main__":

@@ -21,46 +21,22 @@ topics are off (the app is stateless), and ``auto_create_topics`` is off: the to
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from check import Check, seq_of
+from common import CLIENT, SLEEP, parse_args, run_and_report
 from quixstreams import Application, message_context
-
-SLEEP = 0.020
-CLIENT = {
-    "fetch.queue.backoff.ms": 10,
-    "fetch.wait.max.ms": 10,
-    "session.timeout.ms": 2000,
-    "heartbeat.interval.ms": 500,
-    "partition.assignment.strategy": "range",
-    "enable.partition.eof": False,
-}
-
-
-def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--broker", required=True)
-    p.add_argument("--topic", required=True)
-    p.add_argument("--group", required=True)
-    p.add_argument("--records", type=int, required=True)
-    p.add_argument("--keys", type=int, required=True)
-    p.add_argument("--kind", choices=["noop", "json", "sleep", "sleep_async"], required=True)
-    p.add_argument("--concurrency", type=int, default=1)
-    p.add_argument("--timeout", type=float, default=300.0)
-    return p.parse_args()
 
 
 def main() -> int:
-    args = parse_args()
+    args = parse_args(__doc__.splitlines()[0])
     if args.kind == "sleep_async":
         print(
             "quix_child: sleep_async is not supported (Quix Streams handlers are sync,"
@@ -113,15 +89,7 @@ def main() -> int:
         topic = app.topic(args.topic, key_deserializer="bytes", value_deserializer="bytes")
         app.dataframe(topic).update(handler, metadata=True)
 
-        timer = threading.Timer(args.timeout, app.stop)
-        timer.daemon = True
-        timer.start()
-        try:
-            app.run()
-        finally:
-            timer.cancel()
-    print(json.dumps(check.result()), flush=True)
-    return 0
+        return run_and_report(app.run, app.stop, args.timeout, check)
 
 
 if __name__ == "__main__":
