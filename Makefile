@@ -41,7 +41,7 @@ lint: $(STAMP)
 	$(BIN)/mypy consumers orchestration spark_jobs
 
 # Lanehouse, the raw client, Quix Streams and Arroyo side by side (docs/benchmarks.md); the
-# peers' venvs (.bench-venvs/) are built on first use. ~25 min on 2 cores.
+# peers' venvs (.bench-venvs/) are built on first use. ~15 min on 2 cores.
 BENCH_OUT ?= bench-results.json
 bench: $(STAMP)
 	$(BIN)/python -m bench.engine --repeat 3 --out $(BENCH_OUT)

@@ -538,6 +538,14 @@ def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def write_report(report: dict[str, Any], out: Path | None) -> None:
+    """The report as JSON on stdout, and in ``out`` when given."""
+    text = json.dumps(report, indent=2)
+    print(text)
+    if out:
+        out.write_text(text + "\n")
+
+
 def peer_versions(peer: str) -> dict[str, str]:
     """The peer's library and client versions, from its venv (built here if missing)."""
     dist = {"quix": "quixstreams", "arroyo": "sentry-arroyo"}[peer]
@@ -590,7 +598,7 @@ def main() -> int:
     if args.child:
         child(args)
         return 0
-    names = args.rows.split(",") if args.rows else list(ROWS)
+    names = list(dict.fromkeys(args.rows.split(","))) if args.rows else list(ROWS)
     unknown = [n for n in names if n not in ROWS]
     if unknown:
         parser.error(f"unknown rows {unknown}; choose from {list(ROWS)}")
@@ -640,9 +648,7 @@ def main() -> int:
             f"goal {g['goal']}: {fmt(g['value'], ',.2f')} (target {g['target']:,}) {verdict}",
             file=sys.stderr,
         )
-    print(json.dumps(report, indent=2))
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(report, args.out)
     failed = [r["row"] for r in rows if r["errors"]]
     if failed:
         print(f"!!! CORRECTNESS FAILURES in {failed}: see 'errors' in the JSON", file=sys.stderr)

@@ -39,7 +39,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from bench.engine import rate_between
+from bench.engine import rate_between, write_report
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = 1000
@@ -316,9 +316,7 @@ def main() -> int:
         **ratios,
         "runs": runs[1] + runs[2],
     }
-    print(json.dumps(report, indent=2))
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(report, args.out)
     failed = one["errors"] + two["errors"]
     if failed:
         print(f"!!! {len(failed)} FAILURES: see 'errors' in the JSON", file=sys.stderr)

@@ -401,7 +401,7 @@ class WorkloadRunner:
             return
         want = self._runnable() - self._starting
         if not self._batched:
-            want = min(want, fan_out or 1 - self._starting)
+            want = min(want, fan_out or (1 - self._starting))
         while want > 0 and self._pool.try_acquire(self._permits):
             self._spawn()
             want -= 1

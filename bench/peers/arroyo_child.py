@@ -1,7 +1,7 @@
 """Bench peer: consume the sample topic with Sentry Arroyo, print one ``bench/check.py`` line.
 
     <.bench-venvs/arroyo>/bin/python bench/peers/arroyo_child.py --broker H:P --topic T \
-        --group G --records N --keys K --kind {noop,json,sleep,sleep_async} --concurrency C \
+        --group G --records N --keys K --kind {noop,json,sleep} --concurrency C \
         --timeout S
 
 Runs in its own venv (``bench/peers/venvs.py``: arroyo needs confluent-kafka >=2.13.2, which
@@ -15,7 +15,6 @@ conflicts with Quix Streams' pin), so it imports only the standard library, arro
   outside it): a small cost Lanehouse's single-threaded handlers do not pay. Arroyo does not
   keep a key's records apart, so two records of one key may run at once: the check counts
   that as an order violation, and it is reported, not an error of this script.
-- sleep_async: Arroyo has no async handlers: exit code 2.
 
 Commits: explicit mode (``enable_auto_commit=False``, so Arroyo itself commits synchronously,
 rather than leaving it to librdkafka's auto-commit of stored offsets) with the default
@@ -107,12 +106,6 @@ class Factory(ProcessingStrategyFactory[KafkaPayload]):
 
 def main() -> int:
     args = parse_args(__doc__.splitlines()[0])
-    if args.kind == "sleep_async":
-        print(
-            "arroyo_child: sleep_async is not supported (Arroyo has no async handlers)",
-            file=sys.stderr,
-        )
-        return 2
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     check = Check(args.records, args.keys)
     processor: StreamProcessor[KafkaPayload] | None = None

@@ -1,13 +1,12 @@
 """Bench peer: consume the sample topic with Quix Streams, print one ``bench/check.py`` line.
 
     <.bench-venvs/quix>/bin/python bench/peers/quix_child.py --broker H:P --topic T --group G \
-        --records N --keys K --kind {noop,json,sleep,sleep_async} --concurrency C --timeout S
+        --records N --keys K --kind {noop,json,sleep} --concurrency C --timeout S
 
 Runs in its own venv (``bench/peers/venvs.py``: quixstreams pins confluent-kafka <2.13, which
 conflicts with Arroyo's), so it imports only the standard library, quixstreams and
 ``bench/check.py``. Quix Streams handles one message at a time in its poll loop, so
-``--concurrency`` is accepted for the common protocol and ignored, and ``sleep_async`` (an async
-handler) does not exist here: exit code 2.
+``--concurrency`` is accepted for the common protocol and ignored.
 
 The handler is an ``sdf.update(..., metadata=True)`` callback (``value, key, timestamp,
 headers``); partition and offset come from ``quixstreams.message_context()``. It does exactly
@@ -37,13 +36,6 @@ from quixstreams import Application, message_context
 
 def main() -> int:
     args = parse_args(__doc__.splitlines()[0])
-    if args.kind == "sleep_async":
-        print(
-            "quix_child: sleep_async is not supported (Quix Streams handlers are sync,"
-            " one message at a time)",
-            file=sys.stderr,
-        )
-        return 2
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     check = Check(args.records, args.keys)
     begin, end, records = check.begin, check.end, args.records
