@@ -208,7 +208,9 @@ def lake_in_the_ui(page: object, up: Up, url: str) -> None:
     page.get_by_role("button", name="Materialize…").first.click()
     page.get_by_role("button", name="Confirm").click()  # with its quarantine and duplicates
     page.get_by_placeholder("No matching partitions").fill(days)
-    page.get_by_placeholder("No matching partitions").press("Enter")
+    # The keyboard, not the locator: once the range matches partitions, the input's placeholder
+    # (what the locator finds it by) may change before Enter is pressed; the focus stays.
+    page.keyboard.press("Enter")
     page.get_by_role("button", name="Launch backfill").click()
     wait_until(lambda: backfill(up) is not None, timeout=30, message="the backfill was created")
     wait_until(
