@@ -61,6 +61,7 @@ import confluent_kafka
 from confluent_kafka import Consumer, TopicPartition
 
 from bench.check import Check, seq_of
+from bench.cpu import burn_record
 from bench.peers.venvs import peer_python
 from consumers import event_loop
 from consumers.app import ConsumerApp, Workload
@@ -90,7 +91,9 @@ BATCH = {"mode": "batch", "batch_size": 500, "batch_max_wait": 0.05}
 
 @dataclass(frozen=True)
 class Row:
-    kind: str  # raw | noop | sleep | sleep_sync | json
+    #: raw | noop | json | sleep (async def) | noop_sync | json_sync | sleep_sync (plain def)
+    #: | cpu (plain def, ~200 µs of pure Python: bench.check.burn)
+    kind: str
     concurrency: int = 1000
     records: int = 200_000
     #: The event loop of an engine row: the engine's default (uvloop) or stdlib asyncio.
@@ -107,11 +110,19 @@ class Row:
     vs: str | None = None
     #: The workload's ``max_buffered`` (records per partition before a pause); None: default.
     max_buffered: int | None = None
+    #: Where a plain def runs (the workload's ``executor``) and, for ``process``, how many.
+    executor: Literal["auto", "thread", "process"] = "auto"
+    processes: int = 0
 
     @property
     def ordered(self) -> bool:
         """Whether the contender promises per-key order (a violation is then an error)."""
-        return self.peer is None or self.kind in ("noop", "json") or self.peer == "quix"
+        return self.peer is None or self.kind in ("noop", "json", "cpu") or self.peer == "quix"
+
+    @property
+    def timed(self) -> bool:
+        """A 20 ms row: rated against Little's bound and the busiest key."""
+        return self.kind in ("sleep", "sleep_sync")
 
 
 def _sweep(keys: int) -> Row:
@@ -123,25 +134,38 @@ ROWS = {
     # The client's ceiling: consume() and a plain Python loop over the messages.
     "raw_consume": Row("raw"),
     "noop_key": Row("noop"),
-    "quix_noop": Row("noop", 1, peer="quix", vs="noop_key"),
-    "arroyo_noop": Row("noop", 1, peer="arroyo", vs="noop_key"),
+    "noop_key_sync": Row("noop_sync", 100),
+    # The same plain def kept on threads (executor: thread): what the inline path saves.
+    "noop_key_thread": Row("noop_sync", 100, executor="thread"),
+    "quix_noop": Row("noop", 1, peer="quix", vs="noop_key_sync"),
+    "arroyo_noop": Row("noop", 1, peer="arroyo", vs="noop_key_sync"),
     "noop_key_asyncio": Row("noop", loop="asyncio"),
     "json": Row("json"),
-    "quix_json": Row("json", 1, peer="quix", vs="json"),
-    "arroyo_json": Row("json", 1, peer="arroyo", vs="json"),
+    "json_sync": Row("json_sync", 100),
+    "quix_json": Row("json", 1, peer="quix", vs="json_sync"),
+    "arroyo_json": Row("json", 1, peer="arroyo", vs="json_sync"),
     "batch_json": Row("json", 4, batch=True),
     "sleep20_c100": Row("sleep", 100, 40_000),
     "sleep20_c300": Row("sleep", 300, 100_000),
     "sleep20_c300_asyncio": Row("sleep", 300, 100_000, loop="asyncio"),
     "sleep20_c1000": Row("sleep", 1000, 200_000),
-    # The same with four times the default buffer: no partition pause, so no refetch stall.
-    "sleep20_c1000_buf40k": Row("sleep", 1000, 200_000, max_buffered=40_000),
+    # The buffer of earlier releases (10,000 a partition) at C=1,000: pauses, refetch stalls.
+    "sleep20_c1000_buf10k": Row("sleep", 1000, 200_000, max_buffered=10_000),
     "sleep20sync_c100": Row("sleep_sync", 100, 40_000),
     "sleep20sync_c300": Row("sleep_sync", 300, 60_000),
+    "sleep20sync_c1000": Row("sleep_sync", 1000, 200_000),
     "quix_sleep20": Row("sleep_sync", 1, 500, peer="quix", vs="sleep20sync_c100"),
     "arroyo_sleep20_c100": Row("sleep_sync", 100, 20_000, peer="arroyo", vs="sleep20sync_c100"),
     "arroyo_sleep20_c300": Row("sleep_sync", 300, 40_000, peer="arroyo", vs="sleep20sync_c300"),
-    "arroyo_sleep20_c1000": Row("sleep_sync", 1000, 40_000, peer="arroyo", vs="sleep20_c1000"),
+    "arroyo_sleep20_c1000": Row(
+        "sleep_sync", 1000, 40_000, peer="arroyo", vs="sleep20sync_c1000"
+    ),
+    # ~200 µs of pure Python a record: one interpreter (auto: inline once proven fast) against
+    # two worker processes, and the peers' own answers on the same two cores.
+    "cpu_thread": Row("cpu", 100, 20_000),
+    "cpu_process": Row("cpu", 100, 20_000, executor="process", processes=2),
+    "quix_cpu": Row("cpu", 1, 10_000, peer="quix", vs="cpu_process"),
+    "arroyo_cpu": Row("cpu", 2, 20_000, peer="arroyo", vs="cpu_process"),
     "retry_1pct": Row("sleep", 1000, 200_000, fail_once=True),
     **{f"keys_{n}": _sweep(n) for n in (1, 10, 100, 1000, 10_000)},
     # Memory against key cardinality: the no-op row over 1M records, 1k to 1M distinct keys.
@@ -199,12 +223,20 @@ def make_handler(row: Row, check: Check) -> Any:
         with lock:
             end(rec)
 
+    def noop_sync(rec: Record) -> None:
+        begin(rec, seq_of(rec.value))  # type: ignore[arg-type]
+        end(rec)
+
     def parse(rec: Record) -> int:
         data = json.loads(rec.value)  # type: ignore[arg-type]
         check.sink = {"key": data["key"].upper(), "seq": data["seq"] + 1}
         return int(data["seq"])
 
     async def transform(rec: Record) -> None:
+        begin(rec, parse(rec))
+        end(rec)
+
+    def transform_sync(rec: Record) -> None:
         begin(rec, parse(rec))
         end(rec)
 
@@ -219,7 +251,25 @@ def make_handler(row: Row, check: Check) -> Any:
     if row.fail_once:
         assert row.kind == "sleep", "only the sleep handler has a fail_once form"
         return sleep_fail_once
-    return {"noop": noop, "sleep": sleep, "sleep_sync": sleep_sync, "json": transform}[row.kind]
+    if row.kind == "cpu":
+        return burn_record  # checked by OrderCheck around the call: it may run in a process
+    handlers = {"noop": noop, "noop_sync": noop_sync, "json": transform}
+    handlers.update(json_sync=transform_sync, sleep=sleep, sleep_sync=sleep_sync)
+    return handlers[row.kind]
+
+
+class CheckAround:
+    """``Check.begin``/``end`` as an interceptor, on the loop around the call, wherever the
+    handler runs (a worker process cannot reach the parent's Check)."""
+
+    def __init__(self, check: Check) -> None:
+        self._check = check
+
+    def before(self, rec: Record) -> None:
+        self._check.begin(rec.key, seq_of(rec.value))  # type: ignore[arg-type]
+
+    def after(self, rec: Record, outcome: object, error: object) -> None:
+        self._check.end(rec.key, rec.partition, rec.offset)  # type: ignore[arg-type]
 
 
 def run_raw(args: argparse.Namespace) -> dict[str, Any]:
@@ -286,7 +336,14 @@ def run_engine(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         engine_log.propagate = False
     if row.max_buffered:
         extra["max_buffered"] = row.max_buffered
-    settings = RunnerSettings(name="bench", ordering="key", concurrency=row.concurrency, **extra)
+    settings = RunnerSettings(
+        name="bench",
+        ordering="key",
+        concurrency=row.concurrency,
+        executor=row.executor,
+        processes=row.processes,
+        **extra,
+    )
     if row.backend == "pulsar":
         from consumers.backends.pulsar import PulsarSettings, pulsar_consumer_factory
 
@@ -295,7 +352,10 @@ def run_engine(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         factory = kafka_consumer_factory(
             {**CLIENT, "bootstrap.servers": args.broker, "group.id": args.group}
         )
-    workload = Workload(settings, make_handler(row, check), [args.topic], factory)
+    around = (CheckAround(check),) if row.kind == "cpu" else ()
+    workload = Workload(
+        settings, make_handler(row, check), [args.topic], factory, interceptors=around
+    )
 
     pool_factory: Any = LocalPermitPool
     if row.permits != "local":  # imported only here, so SQLAlchemy is not in other rows' RSS
@@ -391,7 +451,7 @@ def run_row(
     common = ["--broker", broker, "--topic", topic, "--group", group, "--records", str(records)]
     common += ["--timeout", str(timeout), "--keys", str(row.keys)]
     if row.peer is not None:
-        kind = "sleep" if row.kind == "sleep_sync" else row.kind
+        kind = row.kind.removesuffix("_sync")  # the peers' handlers are all plain functions
         script = ROOT / "bench" / "peers" / f"{row.peer}_child.py"
         cmd = [str(peer_python(row.peer)), str(script), *common, "--kind", kind]
         cmd += ["--concurrency", str(row.concurrency)]
@@ -417,7 +477,7 @@ def run_row(
     out["msg_s"] = res["done"] / window if window > 0 else None
     out["msg_s_10_90"] = rate_between(res["stamps"], 0.1 * records, 0.9 * records)
     out["bound"] = out["efficiency"] = None
-    if row.kind in ("sleep", "sleep_sync") and res["busiest_key"] > 0:
+    if row.timed and res["busiest_key"] > 0:
         out["busiest_key"] = res["busiest_key"]
         out["bound"] = min(row.concurrency / SLEEP, records / (res["busiest_key"] * SLEEP))
         out["efficiency"] = out["msg_s"] / out["bound"] if out["msg_s"] else None

@@ -153,7 +153,7 @@ class ConsumerApp:
             loop,
             drain_timeout=workload.settings.drain_timeout,
             # Smaller buffers mean smaller polls, so a pause overshoots by little.
-            batch_size=min(5000, workload.settings.max_buffered),
+            batch_size=min(5000, workload.settings.buffer_limit),
         )
         settings = workload.settings
         producer = None

@@ -11,14 +11,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Coroutine
+from time import perf_counter
 from typing import Any
 
-from consumers.errors import HandlerError, HandlerTimeout
+from consumers.clock import Clock
+from consumers.errors import HandlerError, HandlerTimeout, LanehouseError
+from consumers.inline import InlineGate
 from consumers.interceptors import Interceptor
-from consumers.invoke import Handler, SyncInvoker, is_async_handler
+from consumers.invoke import (
+    MAX_HANDOFF_BYTES,
+    Executor,
+    Handler,
+    check_executor,
+    is_async_handler,
+)
 from consumers.outcomes import Outcome
+from consumers.processes import ProcessCall, ProcessExecutor
 from consumers.record import Record
+from consumers.threads import ThreadCall, ThreadExecutor
 from consumers.workers import Worker, WorkloadCounters
 
 log = logging.getLogger("lanehouse.engine")
@@ -35,15 +47,30 @@ class HandlerCaller:
         timeout: float,
         interceptors: tuple[Interceptor, ...],
         counters: WorkloadCounters,
+        clock: Clock,
+        executor: Executor = "auto",
+        processes: int = 0,
+        max_handoff_bytes: int = MAX_HANDOFF_BYTES,
     ) -> None:
         self._name = name
         self._handler = handler
         self._timeout = timeout
         self._interceptors = interceptors
         self._counters = counters
-        self._sync = (
-            None if is_async_handler(handler) else SyncInvoker(handler, max_threads, f"lh-{name}")
-        )
+        problem = check_executor(handler, executor)
+        if problem is not None:
+            raise LanehouseError(f"workload {name!r}: {problem}")
+        self._async = is_async_handler(handler)
+        #: Decides inline or threads for a plain def under ``executor: auto``.
+        self.gate = InlineGate(clock) if executor == "auto" and not self._async else None
+        self._pool: ThreadExecutor | ProcessExecutor | None = None
+        if executor == "process":
+            self._pool = ProcessExecutor(
+                handler, processes or os.cpu_count() or 1, name, max_handoff_bytes
+            )
+        elif not self._async:
+            timed = self.gate.threaded if self.gate is not None else None
+            self._pool = ThreadExecutor(handler, max_threads, f"lh-{name}", timed)
 
     def call(
         self, worker: Worker, rec: Record
@@ -87,14 +114,20 @@ class HandlerCaller:
     async def _invoke(
         self, worker: Worker, first: Record, subject: Record | list[Record]
     ) -> tuple[Any, HandlerError | None]:
-        sync = self._sync
-        pending = None
+        gate = self.gate
+        call: ThreadCall | ProcessCall | None = None
         try:
-            if sync is None:
+            if self._async:
                 result = await self._handler(subject)
+            elif gate is not None and gate.inline:
+                started = perf_counter()
+                try:
+                    result = self._handler(subject)
+                finally:
+                    gate.ran_inline(perf_counter() - started)
             else:
-                pending = sync.submit(subject)
-                result = await asyncio.wrap_future(pending)
+                call = self._pool.submit(subject)  # type: ignore[union-attr]
+                result = await call.future
         except asyncio.CancelledError:
             if not worker.timed_out:
                 raise
@@ -102,9 +135,9 @@ class HandlerCaller:
             reason = f"timed out after {self._timeout:g}s"
             error: HandlerError = HandlerTimeout(*self._where(first), reason)
             self.fail(first, error)  # counted now, even while an abandoned thread runs on
-            if pending is not None:
+            if call is not None:
                 worker.record = None
-                await sync.finish_abandoned(pending)  # type: ignore[union-attr]
+                await self._pool.abandon(call)  # type: ignore[union-attr, arg-type]
             return None, error
         except Exception as exc:
             if worker.timed_out:
@@ -156,8 +189,13 @@ class HandlerCaller:
 
     @property
     def abandoned(self) -> int:
-        return self._sync.abandoned if self._sync is not None else 0
+        return self._pool.abandoned if self._pool is not None else 0
+
+    @property
+    def inline(self) -> bool:
+        """A plain def runs inline on the loop now."""
+        return self.gate is not None and self.gate.inline
 
     def close(self) -> None:
-        if self._sync is not None:
-            self._sync.close()
+        if self._pool is not None:
+            self._pool.close()

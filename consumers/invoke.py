@@ -1,23 +1,31 @@
-"""Calling user handlers: ``async def`` on the event loop, plain ``def`` on a thread pool.
+"""Where a handler runs: ``async def`` on the event loop; a plain ``def`` inline, on threads or
+in worker processes, as the workload's ``executor`` says.
 
-A worker's handler call can be cancelled by the timeout watchdog. An async handler is cancelled
-for real (``CancelledError`` inside it). A thread cannot be stopped, so a timed-out sync call is
-*abandoned*: the record counts as failed at once, but the worker keeps its permit until the
-thread returns, so abandoned threads can never push a workload past its concurrency cap.
+- ``auto`` (the default): a plain ``def`` runs on threads until it has proven fast, then inline
+  on the loop, and back on threads when it stops being fast (:mod:`consumers.inline`).
+- ``thread``: always on threads (:mod:`consumers.threads`), for a handler that must never run on
+  the loop's thread, however fast it is.
+- ``process``: in worker processes (:mod:`consumers.processes`), for CPU-bound work.
+
+A timed-out ``async def`` is cancelled; a timed-out thread cannot be stopped, so its call is
+*abandoned* (the record fails at once, its permit is held until the thread returns); a timed-out
+process call kills and replaces its worker.
 """
 
 from __future__ import annotations
 
-import asyncio
 import inspect
+import pickle
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
-
-from consumers.record import Record
+from typing import Any, Literal
 
 #: Called with a Record (single mode) or a list of them (batch and unique modes).
 Handler = Callable[[Any], Any]
+
+Executor = Literal["auto", "thread", "process"]
+
+#: ``max_handoff_bytes`` default: keys, values and headers of one call sent to a worker process.
+MAX_HANDOFF_BYTES = 64 * 1024 * 1024
 
 
 def is_async_handler(handler: Handler) -> bool:
@@ -28,26 +36,25 @@ def is_async_handler(handler: Handler) -> bool:
     return call is not None and inspect.iscoroutinefunction(call)
 
 
-class SyncInvoker:
-    """Runs a sync handler on a bounded thread pool; tracks abandoned (timed-out) calls."""
+def check_executor(handler: Handler, executor: Executor) -> str | None:
+    """Why ``handler`` cannot run on ``executor``, or None."""
+    if executor != "auto" and is_async_handler(handler):
+        return (
+            f"executor: {executor} runs plain def handlers; this handler is async def and "
+            "runs on the event loop (leave executor at auto)"
+        )
+    return None
 
-    def __init__(self, handler: Handler, max_threads: int, name: str) -> None:
-        self._handler = handler
-        self._executor = ThreadPoolExecutor(max_workers=max_threads, thread_name_prefix=name)
-        self.abandoned = 0
 
-    def submit(self, subject: Record | list[Record]) -> Future[Any]:
-        return self._executor.submit(self._handler, subject)
-
-    async def finish_abandoned(self, pending: Future[Any]) -> None:
-        """Wait for a timed-out call's thread to return, holding the caller's permit."""
-        self.abandoned += 1
-        try:
-            await asyncio.wrap_future(pending)
-        except Exception:
-            pass
-        finally:
-            self.abandoned -= 1
-
-    def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+def process_problem(handler: Handler) -> str | None:
+    """Why worker processes could not receive ``handler`` (it is pickled by reference), or None."""
+    try:
+        pickle.dumps(handler)
+    except Exception as exc:
+        name = getattr(handler, "__qualname__", None) or type(handler).__name__
+        return (
+            "executor: process needs a handler that worker processes can import by name (a "
+            f"module-level function, or an instance of a module-level class), but {name!r} "
+            f"cannot be pickled: {exc}"
+        )
+    return None

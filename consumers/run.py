@@ -61,6 +61,8 @@ def settings_from_spec(spec: WorkloadSpec, lake: Path | None = None) -> RunnerSe
             else None
         ),
         output_topic=spec.output.topic if spec.output else None,
+        executor=spec.executor,
+        processes=spec.processes,
         landing=(
             LandingSettings(
                 lake=lake or default_lake(),

@@ -26,7 +26,7 @@ from consumers.calls import HandlerCaller
 from consumers.clock import Clock
 from consumers.commits import CommitOffset, CommitPlanner, PartitionKey
 from consumers.interceptors import Interceptor
-from consumers.invoke import Handler
+from consumers.invoke import MAX_HANDOFF_BYTES, Executor, Handler
 from consumers.landing import LandingSettings, LandingSink
 from consumers.landing_files import SourceIdentity, clear_from
 from consumers.lanes import Lane, Ordering, lane_router
@@ -40,6 +40,10 @@ from consumers.tap import Tap
 from consumers.workers import Worker, WorkloadCounters, first_of, wait_for
 
 log = logging.getLogger("lanehouse.engine")
+
+#: How long a worker runs records without suspending (handlers that never await, inline sync
+#: handlers) before it lets the loop take its turn: intake, timers, results from threads.
+TURN = 0.002
 
 
 class SourceControl(Protocol):
@@ -58,7 +62,8 @@ class RunnerSettings:
     concurrency: int = 100
     weight: float = 1.0
     timeout: float = 30.0
-    max_buffered: int = 10_000
+    #: Records per partition before it pauses; None: :func:`default_max_buffered`.
+    max_buffered: int | None = None
     commit_interval: float = 1.0
     commit_every: int = 10_000
     drain_timeout: float = 30.0
@@ -69,6 +74,25 @@ class RunnerSettings:
     dead_letter: DeadLetterPolicy | None = None
     output_topic: str | None = None
     landing: LandingSettings | None = None
+    executor: Executor = "auto"
+    #: Worker processes for ``executor: process`` (0: one per CPU).
+    processes: int = 0
+    max_handoff_bytes: int = MAX_HANDOFF_BYTES
+
+    @property
+    def buffer_limit(self) -> int:
+        if self.max_buffered is not None:
+            return self.max_buffered
+        return default_max_buffered(self.concurrency)
+
+
+def default_max_buffered(concurrency: int) -> int:
+    """A partition's buffer by default: 10,000 records, or 40 per permit above 250.
+
+    A pause makes the client drop its prefetched records, and the first batch after the resume
+    arrives 0.2-0.7 s later; the records left in the buffer (half of it) must cover that gap at
+    the workload's full rate, which grows with its concurrency (docs/benchmarks.md)."""
+    return max(10_000, 40 * concurrency)
 
 
 #: The identity of each topic's current incarnation (looked up at every assignment).
@@ -101,6 +125,10 @@ class WorkloadRunner:
             settings.timeout,
             tuple(interceptors),
             self.counters,
+            clock,
+            settings.executor,
+            settings.processes,
+            settings.max_handoff_bytes,
         )
         self._pool = pool
         self._permits = pool.register(
@@ -112,6 +140,7 @@ class WorkloadRunner:
         )
         self._control = control
         self._clock = clock
+        self._buffer_limit = settings.buffer_limit
         self._route = lane_router(settings.ordering, settings.virtual_partitions)
         self._ordered = settings.ordering != "none"
         self._ready: deque[Lane] = deque()
@@ -373,8 +402,8 @@ class WorkloadRunner:
         self._start_workers()
 
     def _pause_if_full(self, part: PartitionState) -> None:
-        """Pause a partition whose tracker holds ``max_buffered`` records (resumed at half)."""
-        if not part.paused and len(part.tracker) >= self.settings.max_buffered:
+        """Pause a partition whose tracker holds ``buffer_limit`` records (resumed at half)."""
+        if not part.paused and len(part.tracker) >= self._buffer_limit:
             part.paused = True
             self._control.pause([(part.topic, part.partition)])
 
@@ -433,6 +462,7 @@ class WorkloadRunner:
         should_yield, permits = self._pool.should_yield, self._permits
         self._starting -= 1
         chained = False
+        turn_ends = now() + TURN
         try:
             while ready and not self._stopping:
                 lane = ready.popleft()
@@ -482,6 +512,9 @@ class WorkloadRunner:
                 progress.set()
                 if should_yield(permits):
                     break
+                if worker.started >= turn_ends:  # handlers that never suspend: let the loop in
+                    await asyncio.sleep(0)
+                    turn_ends = now() + TURN
         finally:
             self._workers.discard(worker)
             progress.set()
@@ -626,7 +659,7 @@ class WorkloadRunner:
         if advanced:
             if self._commits.advanced(advanced):
                 self._commit_now.set()
-            if part.paused and len(part.tracker) <= self.settings.max_buffered // 2:
+            if part.paused and len(part.tracker) <= self._buffer_limit // 2:
                 part.paused = False
                 self._control.resume([(part.topic, part.partition)])
 

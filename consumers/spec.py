@@ -40,6 +40,7 @@ from consumers.config_utils import (
 )
 from consumers.errors import SpecError
 from consumers.interceptors import load_interceptor
+from consumers.invoke import check_executor, process_problem
 from consumers.pulsar_options import CLIENT_OPTIONS as PULSAR_CLIENT_OPTIONS
 from consumers.pulsar_options import CONSUMER_OPTIONS as PULSAR_CONSUMER_OPTIONS
 from consumers.pulsar_options import check_pulsar_option, validate_pulsar_topic, validate_pulsar_url
@@ -331,7 +332,8 @@ class WorkloadSpec(_Frozen):
     permits: PermitSpec = PermitSpec()
     timeout: Duration = Field(default=30.0, gt=0)
     enabled: bool = True
-    max_buffered: int = Field(default=10_000, ge=1)
+    #: Per partition; None: 10,000, or 40 per unit of concurrency above 250.
+    max_buffered: int | None = Field(default=None, ge=1)
     commit_interval: Duration = Field(default=1.0, gt=0)
     drain_timeout: Duration = Field(default=30.0, ge=0)
     mode: Literal["single", "batch", "unique"] = "single"
@@ -341,6 +343,10 @@ class WorkloadSpec(_Frozen):
     output: OutputSpec | None = None
     landing: LandingSpec | None = None
     interceptors: tuple[HandlerPath, ...] = ()
+    #: Where a plain def handler runs: auto (threads, inline once proven fast) | thread | process.
+    executor: Literal["auto", "thread", "process"] = "auto"
+    #: Worker processes for ``executor: process``; 0 means one per CPU.
+    processes: int = Field(default=0, ge=0)
 
     @field_validator("dead_letter", "output")
     @classmethod
@@ -364,6 +370,10 @@ class WorkloadSpec(_Frozen):
                 raise ValueError(f"{field} {topic!r} is also a source topic: that would loop")
         if self.handler is None and self.landing is None:
             raise ValueError("handler: required unless the workload only lands records (landing)")
+        if self.processes and self.executor != "process":
+            raise ValueError(
+                f"processes: only for executor: process (this workload's is {self.executor})"
+            )
         if self.landing and self.output:
             raise ValueError(
                 "landing and output: a workload either lands its records or forwards them to "
@@ -438,10 +448,17 @@ def resolve_handler(spec: WorkloadSpec, *, file: str | None = None) -> Callable[
         from consumers.landing import land_as_is
 
         return land_as_is
+    where = file or f"workload {spec.name!r}"
     try:
-        return import_callable(spec.handler)
+        handler = import_callable(spec.handler)
     except HandlerImportError as exc:
-        raise SpecError(file or f"workload {spec.name!r}", "handler", str(exc)) from exc.__cause__
+        raise SpecError(where, "handler", str(exc)) from exc.__cause__
+    problem = check_executor(handler, spec.executor)
+    if problem is None and spec.executor == "process":
+        problem = process_problem(handler)
+    if problem is not None:
+        raise SpecError(where, "executor", problem)
+    return handler
 
 
 def load_spec(

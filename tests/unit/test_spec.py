@@ -70,7 +70,7 @@ def test_minimal_spec_gets_documented_defaults(tmp_path: Path) -> None:
     assert (spec.ordering, spec.virtual_partitions, spec.concurrency) == ("key", 0, 100)
     assert (spec.permits.pool, spec.permits.weight) == ("default", 1.0)
     assert (spec.timeout, spec.commit_interval, spec.drain_timeout) == (30.0, 1.0, 30.0)
-    assert spec.max_buffered == 10_000
+    assert spec.max_buffered is None  # default_max_buffered(concurrency)
     assert spec.enabled is True
 
 
