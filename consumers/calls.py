@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 from collections.abc import Coroutine
+from functools import partial
 from time import perf_counter
 from typing import Any
 
@@ -63,6 +65,8 @@ class HandlerCaller:
         self._async = is_async_handler(handler)
         #: Decides inline or threads for a plain def under ``executor: auto``.
         self.gate = InlineGate(clock) if executor == "auto" and not self._async else None
+        self._clock = clock
+        self._process = executor == "process"
         self._pool: ThreadExecutor | ProcessExecutor | None = None
         if executor == "process":
             self._pool = ProcessExecutor(
@@ -127,6 +131,10 @@ class HandlerCaller:
                     gate.ran_inline(perf_counter() - started)
             else:
                 call = self._pool.submit(subject)  # type: ignore[union-attr]
+                if self._process and not call.running:  # type: ignore[union-attr]
+                    # Queued behind other records: its timeout starts when a worker runs it.
+                    worker.started = math.inf
+                    call.on_start = partial(self._restart_timer, worker)  # type: ignore[union-attr]
                 result = await call.future
         except asyncio.CancelledError:
             if not worker.timed_out:
@@ -146,6 +154,9 @@ class HandlerCaller:
         if worker.timed_out:  # the handler swallowed the cancellation and returned
             worker.clear_timeout()
         return result, None
+
+    def _restart_timer(self, worker: Worker) -> None:
+        worker.started = self._clock.now()
 
     def _before(self, records: list[Record]) -> HandlerError | None:
         for rec in records:

@@ -18,9 +18,9 @@ Failures, per record, so the caller retries or dead-letters as for any handler e
 - a record over ``max_bytes`` is refused before it is sent (:class:`HandoffTooLarge`);
 - the worker died (a crash, ``os._exit``, the OOM killer): the record it was running fails with
   :class:`WorkerDied`, the records queued behind it go to other workers, a new worker starts;
-- a timeout: the worker running the record is killed and replaced; a record that timed out
-  while still queued in a worker's window is only forgotten (it may still run there once: a
-  duplicate, never a loss).
+- a timeout, counted from when the worker starts the record (not while it waits in a window
+  behind a slow one): the worker is killed and replaced, the records queued behind go to the
+  other workers; a record that timed out while still queued here is skipped.
 
 Workers are fresh interpreters (``python -m consumers.process_worker``, see there why): at start
 the executor waits until each has imported the handler, so a handler that cannot load fails
@@ -37,6 +37,7 @@ import socket
 import subprocess
 import sys
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from consumers import frames
@@ -74,7 +75,7 @@ class WorkerDied(Exception):
 class ProcessCall:
     """One record (or batch) handed to the pool; ``future`` resolves with the result."""
 
-    __slots__ = ("future", "payload", "size", "task_id", "worker")
+    __slots__ = ("future", "on_start", "payload", "running", "size", "task_id", "worker")
 
     def __init__(self, task_id: int, payload: Any, size: int, future: asyncio.Future[Any]) -> None:
         self.task_id = task_id
@@ -82,6 +83,16 @@ class ProcessCall:
         self.size = size
         self.future = future
         self.worker: _Worker | None = None
+        self.running = False
+        #: Called when a worker starts running it (it may have waited in that worker's window):
+        #: the timeout counts the handler's time, not the wait behind another record.
+        self.on_start: Callable[[], None] | None = None
+
+    def begin(self) -> None:
+        """Its worker runs it now (the calls before it in that worker's window are answered)."""
+        self.running = True
+        if self.on_start is not None:
+            self.on_start()
 
 
 class _Worker:
@@ -214,6 +225,7 @@ class ProcessExecutor:
         self._stop(worker)
         for call in reversed(worker.outstanding):
             call.worker = None
+            call.running = False
             if not call.future.done():
                 self._pending.appendleft(call)
         worker.outstanding.clear()
@@ -299,6 +311,8 @@ class ProcessExecutor:
                 pending.popleft()
                 call.worker = worker
                 worker.outstanding.append(call)
+                if len(worker.outstanding) == 1:
+                    call.begin()
                 worker.unanswered_bytes += call.size
                 batch.append((call.task_id, call.payload))
             if batch:
@@ -314,8 +328,9 @@ class ProcessExecutor:
         if not data:
             self._died(worker)
             return
+        outstanding = worker.outstanding
         for task_id, ok, value, seconds in worker.reader.feed(data):
-            call = worker.outstanding.popleft()
+            call = outstanding.popleft()
             if call.task_id != task_id:
                 raise RuntimeError(f"worker replied to task {task_id}, not {call.task_id}")
             worker.unanswered_bytes -= call.size
@@ -325,6 +340,8 @@ class ProcessExecutor:
                     call.future.set_result(value)
                 else:
                     call.future.set_exception(value)
+            if outstanding:
+                outstanding[0].begin()
         self._dispatch()
 
     def _died(self, worker: _Worker) -> None:

@@ -1,0 +1,162 @@
+"""The engine's guarantees for every executor of a plain ``def`` handler (``auto``: threads,
+then inline once proven fast; ``thread``; ``process``), in memory and on a real Tansu broker:
+per-key order across retries, at-least-once, dead letters with the handler's own error type,
+timeouts, and a drain that commits only what finished."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from consumers.app import ConsumerApp, Workload, WorkloadSummary
+from consumers.dead_letter_headers import decode_dead_letter
+from consumers.embedded.tansu import TansuBroker
+from consumers.interceptors import load_interceptor
+from consumers.resolution import DeadLetterPolicy, RetryPolicy
+from consumers.runner import RunnerSettings
+from tests import executor_handlers as h
+from tests.backends import Backend, MemoryBackend, TansuBackend, keyed_stream, until
+
+pytestmark = pytest.mark.integration
+
+EXECUTORS = ["auto", "thread", "process"]
+FAST_RETRY = RetryPolicy(max_attempts=3, backoff=0.01, jitter=False)
+
+
+@pytest.fixture(params=["memory", "tansu"])
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    if request.param == "memory":
+        yield MemoryBackend()
+    else:
+        broker: TansuBroker = request.getfixturevalue("kafka_broker")
+        yield TansuBackend(broker)
+
+
+def workload(
+    backend: Backend, topic: str, group: str, handler: Any, check: h.OrderCheck, **settings: Any
+) -> Workload:
+    defaults = {"name": "executors", "commit_interval": 0.05, "drain_timeout": 10.0}
+    if settings.get("executor") == "process":
+        defaults["processes"] = 2
+    return Workload(
+        RunnerSettings(**{**defaults, **settings}),
+        handler,
+        [topic],
+        backend.factory(group),
+        producer_factory=backend.producer_factory(),
+        interceptors=(load_interceptor(check),),
+    )
+
+
+async def run(w: Workload) -> WorkloadSummary:
+    [summary] = await ConsumerApp([w]).run(until_idle=1.0)
+    return summary
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+async def test_key_order_across_retries_and_everything_committed(
+    backend: Backend, executor: str
+) -> None:
+    topic = backend.make_topic(4)
+    records = keyed_stream(2000, keys=40)
+    backend.produce(topic, records)
+    check = h.OrderCheck()
+
+    w = workload(backend, topic, "g-order", h.work, check, executor=executor, retry=FAST_RETRY)
+    summary = await run(w)
+
+    ends = backend.log_end(topic, 4)
+    failing = sum(len(range(h.FAIL_AT, end, h.FAIL_EVERY)) for end in ends.values())
+    assert check.violations == []
+    assert sorted(check.completed) == sorted(v for _, v in records)
+    assert summary.counters["failed"] == summary.counters["retries"] == failing
+    assert summary.counters["completed"] == len(records)
+    assert backend.committed("g-order", topic, 4) == ends
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+async def test_poison_records_dead_letter_with_their_own_error_type(
+    backend: Backend, executor: str
+) -> None:
+    topic, dlq = backend.make_topic(2), backend.make_topic(1)
+    poison = [(h.POISON, json.dumps({"key": "poison", "seq": i}).encode()) for i in range(3)]
+    records = poison + keyed_stream(300, keys=30, seed=2)
+    backend.produce(topic, records)
+    check = h.OrderCheck()
+
+    w = workload(
+        backend,
+        topic,
+        "g-dlq",
+        h.poison,
+        check,
+        executor=executor,
+        retry=FAST_RETRY,
+        dead_letter=DeadLetterPolicy(dlq, max_ratio=0.5, window=100),
+    )
+    summary = await run(w)
+
+    dead = [r for part in backend.read(dlq, 1) for r in part]
+    assert [json.loads(r.value or b"")["seq"] for r in dead] == [0, 1, 2]
+    info = decode_dead_letter(list(dead[0].headers.items()))
+    assert (info.error_type, info.attempts) == ("ValueError", 3)
+    assert "poison pill" in info.error_message
+    assert check.violations == []
+    assert summary.counters["dead_lettered"] == 3
+    assert backend.committed("g-dlq", topic, 2) == backend.log_end(topic, 2)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+async def test_a_timed_out_call_fails_and_its_retry_completes(
+    backend: Backend, executor: str
+) -> None:
+    topic = backend.make_topic(1)
+    records = keyed_stream(200, keys=10, seed=3)
+    backend.produce(topic, records)
+    check = h.OrderCheck()
+
+    w = workload(backend, topic, "g-timeout", h.slow_once, check, executor=executor, timeout=0.3)
+    summary = await run(w)
+
+    assert summary.counters["timeouts"] == 1
+    assert summary.counters["completed"] == len(records)
+    assert check.violations == []
+    assert backend.committed("g-timeout", topic, 1) == {0: len(records)}
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+async def test_a_stop_drains_commits_what_finished_and_a_restart_loses_nothing(
+    backend: Backend, executor: str
+) -> None:
+    topic = backend.make_topic(2)
+    records = keyed_stream(1500, keys=50, seed=4)
+    backend.produce(topic, records)
+    first = h.OrderCheck()
+    w = workload(backend, topic, "g-stop", h.paced, first, executor=executor, concurrency=20)
+    app = ConsumerApp([w])
+    running = asyncio.ensure_future(app.run())
+    await until(lambda: len(first.completed) >= 200)
+    app.request_stop()
+    [stopped] = await running
+
+    committed = backend.committed("g-stop", topic, 2)
+    assert 0 < sum(committed.values()) <= stopped.counters["completed"] < len(records)
+    second = h.OrderCheck()
+    await run(workload(backend, topic, "g-stop", h.paced, second, executor=executor))
+    # At least once: every record completed in one of the runs, and nothing below the first
+    # run's commit ran again.
+    below = {
+        r.value
+        for part in backend.read(topic, 2)
+        for r in part
+        if r.offset < committed[r.partition]
+    }
+    assert below <= set(first.completed)
+    assert below.isdisjoint(second.completed)
+    assert set(first.completed) | set(second.completed) == {v for _, v in records}
+    assert first.violations == []
+    assert backend.committed("g-stop", topic, 2) == backend.log_end(topic, 2)
