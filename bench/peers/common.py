@@ -35,8 +35,8 @@ def parse_args(description: str) -> argparse.Namespace:
     p.add_argument("--group", required=True)
     p.add_argument("--records", type=int, required=True)
     p.add_argument("--keys", type=int, required=True)
-    # sleep is a synchronous time.sleep: neither peer has async handlers.
-    p.add_argument("--kind", choices=["noop", "json", "sleep"], required=True)
+    # sleep is a synchronous time.sleep: neither peer has async handlers; cpu is check.burn.
+    p.add_argument("--kind", choices=["noop", "json", "sleep", "cpu"], required=True)
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--timeout", type=float, default=300.0)
     return p.parse_args()

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from check import Check, seq_of
+from check import Check, burn, seq_of
 from common import CLIENT, SLEEP, parse_args, run_and_report
 from quixstreams import Application, message_context
 
@@ -77,7 +77,14 @@ def main() -> int:
             end(key, ctx.partition, ctx.offset)
             finish()
 
-        handler = {"noop": noop, "json": transform, "sleep": sleep}[args.kind]
+        def cpu(value: bytes, key: bytes, _ts: int, _headers: object) -> None:
+            ctx = message_context()
+            begin(key, seq_of(value))
+            burn(value)
+            end(key, ctx.partition, ctx.offset)
+            finish()
+
+        handler = {"noop": noop, "json": transform, "sleep": sleep, "cpu": cpu}[args.kind]
         topic = app.topic(args.topic, key_deserializer="bytes", value_deserializer="bytes")
         app.dataframe(topic).update(handler, metadata=True)
 
