@@ -63,6 +63,7 @@ def settings_from_spec(spec: WorkloadSpec, lake: Path | None = None) -> RunnerSe
         output_topic=spec.output.topic if spec.output else None,
         executor=spec.executor,
         processes=spec.processes,
+        max_handoff_bytes=spec.max_handoff_bytes,
         landing=(
             LandingSettings(
                 lake=lake or default_lake(),

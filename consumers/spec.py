@@ -40,7 +40,7 @@ from consumers.config_utils import (
 )
 from consumers.errors import SpecError
 from consumers.interceptors import load_interceptor
-from consumers.invoke import check_executor, process_problem
+from consumers.invoke import MAX_HANDOFF_BYTES, check_executor, process_problem
 from consumers.pulsar_options import CLIENT_OPTIONS as PULSAR_CLIENT_OPTIONS
 from consumers.pulsar_options import CONSUMER_OPTIONS as PULSAR_CONSUMER_OPTIONS
 from consumers.pulsar_options import check_pulsar_option, validate_pulsar_topic, validate_pulsar_url
@@ -347,6 +347,16 @@ class WorkloadSpec(_Frozen):
     executor: Literal["auto", "thread", "process"] = "auto"
     #: Worker processes for ``executor: process``; 0 means one per CPU.
     processes: int = Field(default=0, ge=0)
+    #: ``executor: process``: the most bytes of keys, values and headers one call may send.
+    max_handoff_bytes: int = Field(default=MAX_HANDOFF_BYTES, ge=1)
+
+    @field_validator("processes", "max_handoff_bytes")
+    @classmethod
+    def _only_for_processes(cls, value: int, info: ValidationInfo) -> int:
+        executor = info.data.get("executor", "auto")
+        if executor != "process":
+            raise ValueError(f"only for executor: process (this workload's is {executor})")
+        return value
 
     @field_validator("dead_letter", "output")
     @classmethod
@@ -370,10 +380,6 @@ class WorkloadSpec(_Frozen):
                 raise ValueError(f"{field} {topic!r} is also a source topic: that would loop")
         if self.handler is None and self.landing is None:
             raise ValueError("handler: required unless the workload only lands records (landing)")
-        if self.processes and self.executor != "process":
-            raise ValueError(
-                f"processes: only for executor: process (this workload's is {self.executor})"
-            )
         if self.landing and self.output:
             raise ValueError(
                 "landing and output: a workload either lands its records or forwards them to "

@@ -6,6 +6,7 @@ the loop and in another process. Order and outcomes are checked in the consumer,
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
@@ -64,3 +65,20 @@ class OrderCheck:
             self.last[rec.key] = json.loads(rec.value)["seq"]
         if error is None:
             self.completed.append(rec.value)
+
+
+CRASH_OFFSET = 11
+
+
+def crash_once(rec: Any) -> None:
+    """The first attempt of one record kills the process running it (as a segfault or the OOM
+    killer would); every other record is parsed."""
+    json.loads(rec.value)
+    if rec.offset == CRASH_OFFSET and rec._attempts == 0:
+        os._exit(3)
+
+
+def crash_poison(rec: Any) -> None:
+    """Every record of the poison key kills the process running it."""
+    if rec.key == POISON:
+        os._exit(3)

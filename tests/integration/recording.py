@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import random
+import time
 from typing import TextIO
 
 from consumers.outcomes import Forward, OutputRecord
@@ -93,3 +94,15 @@ async def forward(rec: Record) -> Forward:
     """Like :func:`record`, then forwards ``{"p": partition, "o": offset}`` to the output topic."""
     await record(rec)
     return Forward(OutputRecord(json.dumps({"p": rec.partition, "o": rec.offset}).encode()))
+
+
+def record_sync(rec: Record) -> None:
+    """A plain ``def`` :func:`record` for ``executor: process``, after ``$LH_DELAY`` seconds of
+    busy work. A worker process has no partition assignment, so ``epoch`` is 0: the tests using
+    it run one member per run."""
+    delay = float(os.environ.get("LH_DELAY", "0"))
+    until = time.perf_counter() + random.random() * delay
+    while time.perf_counter() < until:
+        pass
+    value = rec.json()
+    _write(f"{value['key']} {value['seq']} {rec.partition} {rec.offset} 0\n")

@@ -172,6 +172,10 @@ def test_duration_units_agree(n: int) -> None:
         (spec_data(virtual_partitions=-1), "virtual_partitions", "greater than or equal"),
         (spec_data(concurrency=0), "concurrency", "greater than or equal to 1"),
         (spec_data(max_buffered=0), "max_buffered", "greater than or equal to 1"),
+        (spec_data(executor="fork"), "executor", "'auto', 'thread' or 'process'"),
+        (spec_data(processes=2), "processes", "only for executor: process"),
+        (spec_data(max_handoff_bytes=1024), "max_handoff_bytes", "only for executor: process"),
+        (spec_data(executor="process", processes=-1), "processes", "greater than or equal to 0"),
         (spec_data(permits={"weight": 0}), "permits.weight", "greater than 0"),
         (spec_data(permits={"pool": "../p"}), "permits.pool", "lowercase letters"),
         (spec_data(timeout="fast"), "timeout", "invalid duration"),
@@ -608,3 +612,36 @@ def test_landing_and_output_are_exclusive(tmp_path: Path) -> None:
     data = spec_data(landing={"dataset": "c"}, output={"topic": "out"})
     err = spec_error(tmp_path, data, import_handler=False)
     assert "either lands its records or forwards them" in str(err)
+
+
+# --- executors: checked when the handler is imported ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("handler", "executor", "words"),
+    [
+        ("tests.handlers:noop", "thread", "this handler is async def"),
+        ("tests.handlers:noop", "process", "this handler is async def"),
+        ("tests.handlers:local_handler", "process", "cannot be pickled"),
+    ],
+)
+def test_a_handler_its_executor_cannot_run_is_an_error(
+    tmp_path: Path, handler: str, executor: str, words: str
+) -> None:
+    err = spec_error(tmp_path, spec_data(handler=handler, executor=executor))
+    assert err.field == "executor"
+    assert words in err.reason
+
+
+@pytest.mark.parametrize("executor", ["auto", "thread", "process"])
+def test_a_plain_def_handler_runs_on_every_executor(tmp_path: Path, executor: str) -> None:
+    spec = load_spec(
+        write(tmp_path, spec_data(handler="tests.handlers:sync_noop", executor=executor))
+    )
+    assert spec.executor == executor
+    assert resolve_handler(spec) is handlers.sync_noop
+
+
+def test_a_closure_is_fine_on_threads(tmp_path: Path) -> None:
+    spec = load_spec(write(tmp_path, spec_data(handler="tests.handlers:local_handler")))
+    assert resolve_handler(spec) is handlers.local_handler
