@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from consumers.embedded.tansu import TansuBroker
 from tests.backends import Backend, MemoryBackend, PulsarBackend, TansuBackend
 
 
-@pytest.fixture(params=["memory", "tansu", "pulsar"])
-def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+def _backend(request: pytest.FixtureRequest) -> Backend:
     if request.param == "memory":
-        yield MemoryBackend()
-    elif request.param == "pulsar":
-        yield PulsarBackend(request.getfixturevalue("pulsar_broker"))
-    else:
-        broker: TansuBroker = request.getfixturevalue("kafka_broker")
-        yield TansuBackend(broker)
+        return MemoryBackend()
+    if request.param == "pulsar":
+        return PulsarBackend(request.getfixturevalue("pulsar_broker"))
+    broker: TansuBroker = request.getfixturevalue("kafka_broker")
+    return TansuBackend(broker)
+
+
+@pytest.fixture(params=["memory", "tansu", "pulsar"])
+def backend(request: pytest.FixtureRequest) -> Backend:
+    return _backend(request)
+
+
+@pytest.fixture(params=["memory", "tansu"])
+def kafka_backend(request: pytest.FixtureRequest) -> Backend:
+    """In memory and on Tansu: for cases about the handler's side, not the broker's."""
+    return _backend(request)

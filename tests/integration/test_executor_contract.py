@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from consumers.app import ConsumerApp, Workload, WorkloadSummary
 from consumers.dead_letter_headers import decode_dead_letter
-from consumers.embedded.tansu import TansuBroker
 from consumers.interceptors import load_interceptor
 from consumers.resolution import DeadLetterPolicy, RetryPolicy
 from consumers.runner import RunnerSettings
 from tests import executor_handlers as h
-from tests.backends import Backend, MemoryBackend, TansuBackend, keyed_stream, until
+from tests.backends import Backend, keyed_stream, until
 
 pytestmark = pytest.mark.integration
 
@@ -27,13 +25,10 @@ EXECUTORS = ["auto", "thread", "process"]
 FAST_RETRY = RetryPolicy(max_attempts=3, backoff=0.01, jitter=False)
 
 
-@pytest.fixture(params=["memory", "tansu"])
-def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
-    if request.param == "memory":
-        yield MemoryBackend()
-    else:
-        broker: TansuBroker = request.getfixturevalue("kafka_broker")
-        yield TansuBackend(broker)
+@pytest.fixture
+def backend(kafka_backend: Backend) -> Backend:
+    """In memory and on Tansu (the handler's side; Pulsar's is the same engine path)."""
+    return kafka_backend
 
 
 def workload(
