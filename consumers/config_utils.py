@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from consumers.errors import SpecError
 
@@ -38,6 +38,13 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 #: The state directory unless ``LANEHOUSE_HOME`` or a ``--state-dir`` says otherwise.
 DEFAULT_STATE_DIR: Final = Path(".lanehouse")
+
+
+class FrozenModel(BaseModel):
+    """Configuration read from files: immutable once validated, unknown keys refused (a typo
+    never passes silently), and inputs kept out of error messages (they may be secrets)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
 
 def state_dir(given: Path | None = None) -> Path:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import re
 import select
 import socket
 import threading
@@ -39,6 +38,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from consumers.metrics import EngineCollector
+from consumers.names import NAME
 
 if TYPE_CHECKING:
     from consumers.app import ConsumerApp
@@ -47,8 +47,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("lanehouse.http")
 
-#: Workload names as the spec allows them; anything else never reaches a lookup.
-WORKLOAD_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 DEFAULT_STALL_SECONDS = 30.0
 #: How often a tap stream checks for shutdown and a vanished client.
 POLL_SECONDS = 0.25
@@ -252,7 +250,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _tap(self, name: str, query: str) -> None:
         app = self.server.app
-        if not WORKLOAD_NAME.fullmatch(name):
+        if not NAME.fullmatch(name):  # as the spec allows: nothing else reaches a lookup
             self._text(404, "not a workload name: use 1-64 of a-z 0-9 _ - (starting a-z 0-9)")
             return
         # Workloads, not only runners: the server starts before the app runs.

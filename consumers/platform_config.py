@@ -22,9 +22,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from consumers.config_utils import first_error, interpolate, read_yaml_mapping, state_dir
+from consumers.config_utils import (
+    FrozenModel,
+    first_error,
+    interpolate,
+    read_yaml_mapping,
+    state_dir,
+)
 from consumers.errors import SpecError
 from consumers.spec import Duration, Name
 
@@ -32,11 +38,7 @@ CONFIG_ENV: Final = "LANEHOUSE_CONFIG"
 DEFAULT_CONFIG_FILE: Final = Path("lanehouse.yaml")
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
-
-
-class PoolConfig(_Frozen):
+class PoolConfig(FrozenModel):
     size: int = Field(ge=1, le=1_000_000)
 
 
@@ -46,7 +48,7 @@ def default_permits_url(home: Path | None = None) -> str:
     return f"sqlite:///{(state_dir(home) / 'permits.db').resolve()}"
 
 
-class PermitsConfig(_Frozen):
+class PermitsConfig(FrozenModel):
     """Where shared pools live and how their leases behave."""
 
     #: SQLAlchemy URL; empty means :func:`default_permits_url`.
@@ -80,7 +82,7 @@ class PermitsConfig(_Frozen):
         return self.url or default_permits_url()
 
 
-class PlatformConfig(_Frozen):
+class PlatformConfig(FrozenModel):
     permits: PermitsConfig = Field(default_factory=PermitsConfig)
 
 

@@ -23,8 +23,9 @@ from typing import Any, Final
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from consumers.embedded.tansu import create_topic, validate_topic_name
+from consumers.embedded.tansu import create_topic
 from consumers.errors import BrokerError
+from consumers.names import validate_topic_name
 from consumers.pulsar_options import validate_pulsar_topic
 
 __all__ = ["PRODUCER_CONFIG", "ProduceSummary", "produce_pulsar_sample", "produce_sample"]

@@ -18,9 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     SecretStr,
     ValidationError,
@@ -30,6 +28,7 @@ from pydantic import (
 )
 
 from consumers.config_utils import (
+    FrozenModel,
     HandlerImportError,
     first_error,
     import_callable,
@@ -41,6 +40,7 @@ from consumers.config_utils import (
 from consumers.errors import SpecError
 from consumers.interceptors import load_interceptor
 from consumers.invoke import MAX_HANDOFF_BYTES, check_executor, process_problem
+from consumers.names import check_name, validate_topic_name
 from consumers.pulsar_options import CLIENT_OPTIONS as PULSAR_CLIENT_OPTIONS
 from consumers.pulsar_options import CONSUMER_OPTIONS as PULSAR_CONSUMER_OPTIONS
 from consumers.pulsar_options import check_pulsar_option, validate_pulsar_topic, validate_pulsar_url
@@ -59,8 +59,6 @@ __all__ = [
     "spec_hash",
 ]
 
-_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
-_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _HANDLER = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 _SECRET_MARKERS = ("password", "secret", "sasl.oauthbearer", "token")
 _RESERVED_KEYS = {
@@ -71,15 +69,6 @@ _RESERVED_KEYS = {
 }
 
 
-def _check_name(value: str) -> str:
-    if not _NAME.fullmatch(value):
-        raise ValueError(
-            f"{value!r} is not allowed: use 1-64 characters of lowercase letters, digits, '_' and '-', "
-            "starting with a letter or digit (it becomes part of file paths, consumer group ids and tags)"
-        )
-    return value
-
-
 def _check_handler(value: str) -> str:
     if not _HANDLER.fullmatch(value):
         raise ValueError(
@@ -88,7 +77,7 @@ def _check_handler(value: str) -> str:
     return value
 
 
-Name = Annotated[str, AfterValidator(_check_name)]
+Name = Annotated[str, AfterValidator(check_name)]
 HandlerPath = Annotated[str, AfterValidator(_check_handler)]
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 ConfigValue = str | int | float | bool | SecretStr
@@ -100,11 +89,7 @@ def is_secret_key(key: str) -> bool:
     return any(marker in lowered for marker in _SECRET_MARKERS)
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
-
-
-class PermitSpec(_Frozen):
+class PermitSpec(FrozenModel):
     """Where the workload takes its permits from and how much of the pool it may claim."""
 
     pool: Name = "default"
@@ -151,7 +136,7 @@ def _unique_topics(topics: tuple[str, ...]) -> None:
         raise ValueError("a topic is listed more than once")
 
 
-class _SourceBase(_Frozen):
+class _SourceBase(FrozenModel):
     """Client options shared by every source kind: checked key by key, secrets masked."""
 
     config: dict[str, ConfigValue] = Field(default_factory=dict)
@@ -184,7 +169,7 @@ class KafkaSourceSpec(_SourceBase):
     def _check_topics(cls, topics: tuple[str, ...]) -> tuple[str, ...]:
         _unique_topics(topics)
         for topic in topics:
-            _check_topic_name(topic)
+            validate_topic_name(topic)
         return topics
 
     @classmethod
@@ -193,7 +178,7 @@ class KafkaSourceSpec(_SourceBase):
 
     def topic_name(self, topic: str) -> str:
         """Validate an output or dead-letter topic for this cluster."""
-        return _check_topic_name(topic)
+        return validate_topic_name(topic)
 
 
 class PulsarSourceSpec(_SourceBase):
@@ -241,20 +226,11 @@ class PulsarSourceSpec(_SourceBase):
 SourceSpec = Annotated[KafkaSourceSpec | PulsarSourceSpec, Field(discriminator="kind")]
 
 
-def _check_topic_name(topic: str) -> str:
-    if not _TOPIC.fullmatch(topic) or topic in (".", ".."):
-        raise ValueError(
-            f"{topic!r} is not a valid Kafka topic name: use 1-249 of a-z A-Z 0-9 . _ - "
-            "(not '.' or '..')"
-        )
-    return topic
-
-
 #: An output or dead-letter topic; checked against the source's kind by ``WorkloadSpec``.
 TopicName = Annotated[str, Field(min_length=1)]
 
 
-class RetrySpec(_Frozen):
+class RetrySpec(FrozenModel):
     """How often a failing record is tried, and how long to wait between attempts."""
 
     max_attempts: int = Field(default=3, ge=1)
@@ -263,7 +239,7 @@ class RetrySpec(_Frozen):
     jitter: bool = True
 
 
-class DeadLetterSpec(_Frozen):
+class DeadLetterSpec(FrozenModel):
     """Where records go after their last attempt, the safety valve, and scheduled replay."""
 
     topic: TopicName
@@ -284,7 +260,7 @@ class DeadLetterSpec(_Frozen):
         return self
 
 
-class OutputSpec(_Frozen):
+class OutputSpec(FrozenModel):
     """The topic ``Forward`` outcomes are produced to, in source order per partition."""
 
     topic: TopicName
@@ -302,7 +278,7 @@ def _check_dataset(value: str) -> str:
     return value
 
 
-class LandingSpec(_Frozen):
+class LandingSpec(FrozenModel):
     """Records land as Parquet under ``<lake>/landed/<dataset>/``; see docs/lake.md."""
 
     dataset: Annotated[str, AfterValidator(_check_dataset)]
@@ -312,14 +288,14 @@ class LandingSpec(_Frozen):
     partition_by: Literal["event_date"] = "event_date"
 
 
-class BatchSpec(_Frozen):
+class BatchSpec(FrozenModel):
     """Batch and unique modes: at most ``size`` records, or what arrived within ``max_wait``."""
 
     size: int = Field(default=500, ge=1)
     max_wait: Duration = Field(default=2.0, ge=0)
 
 
-class WorkloadSpec(_Frozen):
+class WorkloadSpec(FrozenModel):
     """One workload: what to read, which handler runs, and how the engine schedules it."""
 
     name: Name

@@ -47,8 +47,9 @@ from rich.progress import (
 from rich.text import Text
 
 from consumers.embedded.child import BrokerProcess
-from consumers.embedded.tansu import start_tansu, validate_topic_name
+from consumers.embedded.tansu import start_tansu
 from consumers.errors import BrokerError, LanehouseError, SpecError
+from consumers.names import validate_topic_name
 from consumers.pulsar_options import validate_pulsar_topic, validate_pulsar_url
 from consumers.run import run_specs
 from consumers.sample import produce_pulsar_sample, produce_sample

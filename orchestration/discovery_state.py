@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dagster import DagsterRunStatus
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
+from consumers.config_utils import FrozenModel
 from orchestration.heartbeat import HEARTBEAT_SECONDS
 from orchestration.workloads import GENERATION_TAG, SPEC_HASH_TAG, WORKLOAD_TAG
 
@@ -45,11 +46,7 @@ __all__ = [
 CURSOR_VERSION = 1
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class LastRun(_Frozen):
+class LastRun(FrozenModel):
     """The newest run of a workload the sensor has seen (its own or anyone's)."""
 
     run_id: str
@@ -70,7 +67,7 @@ class LastRun(_Frozen):
     alive_seen: float | None = None
 
 
-class WorkloadState(_Frozen):
+class WorkloadState(FrozenModel):
     """What the sensor remembers about one workload."""
 
     #: Generations launched so far; the next run key ends with ``generation + 1``.
@@ -92,7 +89,7 @@ class WorkloadState(_Frozen):
     canceling: tuple[str, ...] = ()
 
 
-class DiscoveryState(_Frozen):
+class DiscoveryState(FrozenModel):
     """The whole cursor."""
 
     version: int = CURSOR_VERSION

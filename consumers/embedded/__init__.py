@@ -7,7 +7,6 @@ from consumers.embedded.tansu import (
     TansuBroker,
     create_topic,
     start_tansu,
-    validate_topic_name,
 )
 
 __all__ = [
@@ -15,5 +14,4 @@ __all__ = [
     "TansuBroker",
     "create_topic",
     "start_tansu",
-    "validate_topic_name",
 ]

@@ -16,15 +16,14 @@ Quirks this module absorbs (see shared NOTES, "Kafka: Tansu"):
   SIGINT.
 - ``memory://`` storage loses everything on restart. For durable runs pass an ``s3://BUCKET/``
   storage plus the ``AWS_*`` variables in ``env``.
-- Tansu accepts topic names Kafka would reject (``bad/..``), so :func:`validate_topic_name`
-  checks them client-side.
+- Tansu accepts topic names Kafka would reject (``bad/..``), so every topic is checked
+  client-side first (:func:`consumers.names.validate_topic_name`).
 """
 
 from __future__ import annotations
 
 import importlib.resources
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -41,6 +40,7 @@ from confluent_kafka.cimpl import NewTopic  # typed here; confluent_kafka.admin 
 
 from consumers.embedded.child import HOST, BrokerProcess, accepts_tcp, free_port
 from consumers.errors import BrokerError
+from consumers.names import validate_topic_name
 
 __all__ = [
     "TEST_CLIENT_CONFIG",
@@ -48,7 +48,6 @@ __all__ = [
     "create_topic",
     "start_tansu",
     "tansu_binary",
-    "validate_topic_name",
 ]
 
 
@@ -67,31 +66,9 @@ TEST_CLIENT_CONFIG: Final[Mapping[str, int]] = MappingProxyType(
     }
 )
 
-_TOPIC_CHARS = re.compile(r"[a-zA-Z0-9._-]+")
-_TOPIC_MAX_LEN: Final = 249
 _POLL_INTERVAL: Final = 0.005
 _TCP_LISTEN: Final = "0A"
 _RESULT_GRACE: Final = 5.0  # extra seconds to await an admin future beyond its request timeout
-
-
-def validate_topic_name(topic: str) -> str:
-    """Return ``topic`` if Kafka would accept it; raise ``ValueError`` saying why otherwise."""
-    if not isinstance(topic, str) or not topic:
-        raise ValueError(f"invalid topic name {topic!r}: must be a non-empty string")
-    if len(topic) > _TOPIC_MAX_LEN:
-        raise ValueError(
-            f"invalid topic name {topic[:40]!r}...: {len(topic)} characters, "
-            f"at most {_TOPIC_MAX_LEN} allowed"
-        )
-    if topic in (".", ".."):
-        raise ValueError(f"invalid topic name {topic!r}: '.' and '..' are reserved")
-    if not _TOPIC_CHARS.fullmatch(topic):
-        bad = sorted({c for c in topic if not _TOPIC_CHARS.fullmatch(c)})
-        raise ValueError(
-            f"invalid topic name {topic!r}: only ASCII letters, digits, '.', '_' and '-' "
-            f"are allowed (found {''.join(bad)!r})"
-        )
-    return topic
 
 
 def tansu_binary() -> str:

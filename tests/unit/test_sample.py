@@ -9,7 +9,7 @@ from itertools import islice
 
 import pytest
 
-from consumers.embedded.tansu import validate_topic_name
+from consumers.names import validate_topic_name
 from consumers.sample import (
     TokenBucket,
     _key_order,
