@@ -23,7 +23,7 @@ from typing import Any, Final
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from consumers.errors import SpecError
+from consumers.errors import HandlerImportError, SpecError
 
 _DURATION = re.compile(r"(?P<value>[+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(?P<unit>ms|s|m|h)?")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -195,10 +195,6 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
             f"expected a mapping of workload fields at the top level, got a {type(data).__name__}",
         )
     return data
-
-
-class HandlerImportError(ValueError):
-    """A ``module:callable`` path could not be resolved to a callable."""
 
 
 @functools.cache

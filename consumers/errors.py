@@ -2,11 +2,18 @@
 
     LanehouseError
     ├── SpecError            a workload spec is invalid (file, field, reason)
+    ├── HandlerImportError   a ``module:callable`` path does not resolve (SpecError names the file)
     ├── HandlerError         user handler code failed (wraps the original exception)
     │   └── HandlerTimeout   the handler ran past the workload's timeout
     ├── BrokerError          the broker or client reported an error the engine cannot absorb
     ├── DeadLetterRatioExceeded  the safety valve stopped a workload dead-lettering too much
+    ├── LandingError         a landed file cannot be written and a retry would not help
+    ├── PermitStoreError     a shared permit store is unreachable or refuses (permit_store.py)
+    ├── ProcessExecutorError a handler cannot run in worker processes (processes.py)
     └── EngineError          an engine invariant was broken (a bug, never a user error)
+
+``PermitStoreError`` and ``ProcessExecutorError`` live with the mechanism that raises them; all
+subclass ``LanehouseError``, so one ``except LanehouseError`` catches every error raised on purpose.
 
 Retry and dead-letter logic acts on ``HandlerError`` only, so engine failures are never mistaken
 for a bad record.
@@ -68,6 +75,10 @@ class DeadLetterRatioExceeded(LanehouseError):
 
 class LandingError(LanehouseError):
     """A landed file could not be written and retrying would not help; the workload stops."""
+
+
+class HandlerImportError(LanehouseError, ValueError):
+    """A ``module:callable`` path could not be resolved to a callable."""
 
 
 class EngineError(LanehouseError):

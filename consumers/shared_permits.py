@@ -28,9 +28,9 @@ import logging
 import os
 import secrets
 import socket
-import time
 from collections.abc import Callable
 
+from consumers.clock import Clock, RealClock
 from consumers.permit_store import LeaseReport, PermitStore, PermitStoreError, Renewal
 from consumers.permits import PermitClient, PermitPool
 from consumers.workers import first_of
@@ -59,8 +59,10 @@ class SharedPermitPool(PermitPool):
         lease_ttl: float = 10.0,
         sync_interval: float = 0.25,
         holder: str | None = None,
+        clock: Clock | None = None,
     ) -> None:
         super().__init__(name)
+        self._clock = clock or RealClock()
         self.store = store
         self.lease_ttl = lease_ttl
         self.sync_interval = sync_interval
@@ -73,7 +75,7 @@ class SharedPermitPool(PermitPool):
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._expiry: asyncio.TimerHandle | None = None
-        self._reported_at = time.monotonic()
+        self._reported_at = self._clock.now()
         self._failing = False
         #: Renewals that failed since the start (a database away, or a bug: see the log).
         self.renewal_failures = 0
@@ -133,13 +135,13 @@ class SharedPermitPool(PermitPool):
     async def _renew_forever(self) -> None:
         last = 0.0
         while True:
-            gap = _MIN_RENEW_GAP - (time.monotonic() - last)
+            gap = _MIN_RENEW_GAP - (self._clock.now() - last)
             if gap > 0:
-                await asyncio.sleep(gap)
+                await self._clock.sleep(gap)
             self._wake.clear()
-            last = time.monotonic()
+            last = self._clock.now()
             await self._renew_once(last)
-            await first_of(self._wake.wait(), asyncio.sleep(self.sync_interval))
+            await first_of(self._wake.wait(), self._clock.sleep(self.sync_interval))
 
     async def _renew_once(self, started: float) -> None:
         reports = self._reports(started)
@@ -186,7 +188,7 @@ class SharedPermitPool(PermitPool):
         return reports
 
     def _apply(self, renewal: Renewal, deadline: float) -> None:
-        now = time.monotonic()
+        now = self._clock.now()
         if now >= deadline:
             return  # the renewal took longer than the lease: what it granted is already gone
         self.size = renewal.size

@@ -29,7 +29,6 @@ from pydantic import (
 
 from consumers.config_utils import (
     FrozenModel,
-    HandlerImportError,
     first_error,
     import_callable,
     interpolate,
@@ -37,7 +36,7 @@ from consumers.config_utils import (
     read_yaml_mapping,
     spec_files,
 )
-from consumers.errors import SpecError
+from consumers.errors import HandlerImportError, SpecError
 from consumers.interceptors import load_interceptor
 from consumers.invoke import MAX_HANDOFF_BYTES, check_executor, process_problem
 from consumers.names import check_name, validate_topic_name
