@@ -360,16 +360,6 @@ def keyed_stream(count: int, keys: int, seed: int = 1) -> list[tuple[bytes, byte
     return out
 
 
-async def until(predicate: Callable[[], bool], within: float = 20.0) -> None:
-    """Wait for a condition with a deadline, yielding to the loop in between."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"condition not met within {within}s")
-        await asyncio.sleep(0.005)
-
-
 async def run_sampling_shares(
     app: ConsumerApp, first: str, second: str
 ) -> tuple[list[WorkloadSummary], list[tuple[int, int]]]:

@@ -13,7 +13,8 @@ from consumers.errors import LanehouseError
 from consumers.record import Record
 from consumers.resolution import RetryPolicy
 from consumers.runner import RunnerSettings
-from tests.backends import Backend, MemoryBackend, keyed_stream, until
+from tests.backends import Backend, MemoryBackend, keyed_stream
+from tests.helpers import until
 
 pytestmark = pytest.mark.integration
 

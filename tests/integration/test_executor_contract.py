@@ -17,7 +17,8 @@ from consumers.interceptors import load_interceptor
 from consumers.resolution import DeadLetterPolicy, RetryPolicy
 from consumers.runner import RunnerSettings
 from tests import executor_handlers as h
-from tests.backends import Backend, keyed_stream, until
+from tests.backends import Backend, keyed_stream
+from tests.helpers import until
 
 pytestmark = pytest.mark.integration
 

@@ -27,7 +27,7 @@ from consumers.record import Record
 from consumers.runner import RunnerSettings
 from consumers.tap import Tap
 from tests.backends import MemoryBackend
-from tests.helpers import wait_until
+from tests.helpers import until, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -76,7 +76,7 @@ def produce(backend: MemoryBackend, topic: str, count: int, keys: int = 50, pad:
 @contextlib.asynccontextmanager
 async def running(app: ConsumerApp) -> AsyncIterator[asyncio.Future[Any]]:
     task = asyncio.ensure_future(app.run())
-    await until(lambda: len(app.runners) == len(app.workloads) or task.done())
+    await until_in_thread(lambda: len(app.runners) == len(app.workloads) or task.done())
     try:
         yield task
     finally:
@@ -93,9 +93,9 @@ def serving(app: ConsumerApp, **kwargs: Any) -> Iterator[Server]:
         server.shutdown()
 
 
-async def until(predicate: Callable[[], object], within: float = 20.0) -> None:
-    """``wait_until`` in a thread, so the loop keeps running the engine meanwhile."""
-    await asyncio.to_thread(wait_until, predicate, within)
+async def until_in_thread(predicate: Callable[[], object], within: float = 20.0) -> None:
+    # The predicates here ask the server over HTTP, which needs the loop: they must not run on it.
+    await until(predicate, within, in_thread=True)
 
 
 def get(server: Server, path: str) -> tuple[int, bytes, dict[str, str]]:
@@ -238,7 +238,7 @@ async def test_metrics_and_healthz_before_and_after_assignment() -> None:
             "workloads": {NAME: {"ready": False, "reason": "not started"}},
         }
         async with running(app):
-            await until(lambda: app.runners[NAME].counters.completed == 500)
+            await until_in_thread(lambda: app.runners[NAME].counters.completed == 500)
             status, body = await asyncio.to_thread(get_json, server, "/healthz")
             assert status == 200, body
             assert body["status"] == "ok"
@@ -269,9 +269,9 @@ async def test_healthz_reports_a_stall_and_recovers() -> None:
             return status == 503 and reason.startswith("no progress for ")
 
         async with running(app):
-            await until(stalled, 10)
+            await until_in_thread(stalled, 10)
             release.set()
-            await until(lambda: app.runners[NAME].counters.completed == 200)
+            await until_in_thread(lambda: app.runners[NAME].counters.completed == 200)
             status, body = await asyncio.to_thread(get_json, server, "/healthz")
             assert status == 200, body
 
@@ -290,7 +290,7 @@ async def test_healthz_names_a_workload_without_partitions() -> None:
                 reasons = sorted(str(w["reason"]) for w in body["workloads"].values())
                 return status == 503 and reasons == ["None", "not assigned"]
 
-            await until(one_unassigned, 10)
+            await until_in_thread(one_unassigned, 10)
 
 
 def test_unknown_routes_and_names_are_404_and_never_looked_up() -> None:
@@ -333,7 +333,7 @@ async def test_fast_client_gets_limit_events_in_order_per_partition() -> None:
     with serving(app) as server:
         client = SseClient(server.port, f"/tap/{NAME}?limit=50")
         try:
-            await until(lambda: app.tap.active(NAME), 5)
+            await until_in_thread(lambda: app.tap.active(NAME), 5)
             async with running(app):
                 await asyncio.to_thread(client.read_to_end)
         finally:
@@ -347,7 +347,9 @@ async def test_fast_client_gets_limit_events_in_order_per_partition() -> None:
             assert event["topic"] == topic
             assert event["offset"] > last.get(event["partition"], -1), client.events
             last[event["partition"]] = event["offset"]
-        await until(lambda: not app.tap.active(NAME), 5)  # the limit ended the subscription
+        await until_in_thread(
+            lambda: not app.tap.active(NAME), 5
+        )  # the limit ended the subscription
 
 
 async def test_stalled_client_never_slows_the_engine_and_sees_its_drops() -> None:
@@ -362,13 +364,13 @@ async def test_stalled_client_never_slows_the_engine_and_sees_its_drops() -> Non
     with serving(app) as server:
         client = SseClient(server.port, f"/tap/{NAME}", rcvbuf=4096)
         try:
-            await until(lambda: app.tap.active(NAME), 5)
+            await until_in_thread(lambda: app.tap.active(NAME), 5)
             # The client reads its first event, then stops reading while the engine runs.
             first = asyncio.ensure_future(
                 asyncio.to_thread(client.read_until, lambda c: c.events, 20)
             )
             async with running(app):
-                await until(lambda: app.runners[NAME].counters.completed == count, 60)
+                await until_in_thread(lambda: app.runners[NAME].counters.completed == count, 60)
                 await first
             # Every record completed while the stalled client had read a handful of events:
             # a publish that waited for it could not have got past its socket buffers.

@@ -28,8 +28,7 @@ from consumers.outcomes import DeadLetter, Drop, Land
 from consumers.record import Record
 from consumers.run import build_app
 from consumers.spec import WorkloadSpec
-from tests.backends import until
-from tests.helpers import wait_until
+from tests.helpers import until, wait_until
 from tests.integration.processes import finish, source_yaml, start_consumer
 from tests.landing import DAY_MS, START_MS, landed, landing_count_safe, produce_days
 

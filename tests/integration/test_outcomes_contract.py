@@ -15,7 +15,8 @@ from consumers.outcomes import Drop, Forward, OutputRecord, Retry
 from consumers.record import Record
 from consumers.resolution import DeadLetterPolicy, RetryPolicy
 from consumers.runner import RunnerSettings
-from tests.backends import Backend, MemoryBackend, keyed_stream, until
+from tests.backends import Backend, MemoryBackend, keyed_stream
+from tests.helpers import until
 
 pytestmark = pytest.mark.integration
 

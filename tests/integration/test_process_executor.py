@@ -27,9 +27,8 @@ from tests.backends import (
     MemoryBackend,
     assert_all_committed,
     keyed_stream,
-    until,
 )
-from tests.helpers import wait_until
+from tests.helpers import until, wait_until
 from tests.integration.processes import (
     assert_complete,
     finish,

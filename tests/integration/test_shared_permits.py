@@ -32,6 +32,7 @@ import pytest
 from consumers.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
 from consumers.permit_store import PermitStore, PoolStatus
 from consumers.sample import produce_sample
+from tests.helpers import wait_until
 from tests.integration.permit_recording import (
     Interval,
     max_concurrency,
@@ -53,12 +54,9 @@ RECORDS = 8000
 
 
 def wait_for(condition: Callable[[], bool], within: float, what: str) -> float:
-    """Poll until ``condition`` holds; returns when it did (fails after ``within`` s)."""
-    deadline = time.time() + within
-    while not condition():
-        if time.time() > deadline:
-            pytest.fail(f"timed out after {within} s waiting for {what}")
-        time.sleep(0.05)
+    """:func:`wait_until`, returning the wall-clock time the condition held (the records'
+    intervals are wall-clock times, from several processes)."""
+    wait_until(condition, within, 0.05, what)
     return time.time()
 
 

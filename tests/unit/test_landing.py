@@ -13,7 +13,7 @@ import pytest
 from consumers.clock import ManualClock
 from consumers.landing import LandingSettings, LandingSink
 from consumers.landing_files import LandedRow, SourceIdentity, clear_from, landed_path
-from tests.backends import until
+from tests.helpers import until
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from consumers.producer import AckedProducer
-from tests.backends import until
+from tests.helpers import until
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import random
 import threading
-import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
@@ -24,6 +23,7 @@ from consumers.record import Record
 from consumers.resolution import RetryPolicy
 from consumers.runner import RunnerSettings, WorkloadRunner
 from consumers.tracker import decode_done, encode_done
+from tests.helpers import until
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(10)]
 
@@ -153,18 +153,6 @@ class Gate:
         self.returned.append(rec)
         if key in self.fail:
             raise RuntimeError(f"boom at {rec.offset}")
-
-
-async def until(predicate: Callable[[], object], within: float = 2.0, what: str = "") -> None:
-    """Yield to the loop until ``predicate()`` holds; fail after ``within`` real seconds."""
-    deadline = time.monotonic() + within
-    spins = 0
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {within} s: {what or predicate}")
-        spins += 1
-        # Pure-loop progress needs only yields; thread completions need real time.
-        await asyncio.sleep(0 if spins < 200 else 0.001)
 
 
 async def advance_until(

@@ -4,7 +4,6 @@ database stops new permits when the lease ends, a clean stop gives permits back.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from consumers.permit_store import LeaseReport, PermitStore, PermitStoreError, Renewal
 from consumers.permits import PermitClient
 from consumers.shared_permits import SharedPermitPool
+from tests.helpers import until
 
 pytestmark = pytest.mark.unit
 
@@ -56,13 +56,6 @@ class Flood:
         while self.pool.try_acquire(c):
             self.peak = max(self.peak, c.held)
         self.pool.wait(c)
-
-
-async def until(condition: Callable[[], bool], within: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
 
 
 def pool(store: PermitStore, holder: str, ttl: float = 2.0) -> SharedPermitPool:
