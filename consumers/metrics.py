@@ -17,7 +17,6 @@ from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from consumers.app import ConsumerApp
-    from consumers.http import Server
 
 CounterName = Literal[
     "consumed",
@@ -249,11 +248,3 @@ class EngineCollector(Collector):
             pool_free,
             *tap_dropped,
         ]
-
-
-def serve_metrics(app: ConsumerApp, port: int, addr: str = "127.0.0.1") -> Server:
-    """Serve ``/metrics``, ``/healthz`` and ``/tap/<workload>`` for ``app``; returns the
-    :class:`consumers.http.Server` (call ``shutdown()`` to stop it)."""
-    from consumers.http import serve  # http imports this module for the collector
-
-    return serve(app, port, addr)

@@ -12,10 +12,10 @@ from consumers.app import ConsumerApp, Workload, WorkloadSummary
 from consumers.backends.kafka import kafka_consumer_factory, kafka_identities
 from consumers.config_utils import import_callable
 from consumers.errors import LanehouseError
+from consumers.http import serve as serve_http
 from consumers.interceptors import load_interceptor
 from consumers.landing import LandingSettings
 from consumers.landing_files import default_lake
-from consumers.metrics import serve_metrics
 from consumers.permits import LocalPermitPool, PermitPool
 from consumers.platform_config import PlatformConfig, load_platform_config
 from consumers.producer import ProducerFactory, kafka_producer_factory
@@ -200,7 +200,7 @@ def run_specs(
     app = build_app(specs, pool_sizes, lake, platform)
     if not app.workloads:
         return []
-    server = serve_metrics(app, metrics_port, metrics_host) if metrics_port is not None else None
+    server = serve_http(app, metrics_port, metrics_host) if metrics_port is not None else None
     try:
         return event_loop.run(
             app.run(until_idle=until_idle, install_signal_handlers=install_signal_handlers)
