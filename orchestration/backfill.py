@@ -29,7 +29,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from orchestration.console import err_console, print_error
+from orchestration.console import err_console, exits_on, print_error
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance, Definitions
@@ -294,16 +294,10 @@ def backfill_command(
     ),
 ) -> None:
     """Rebuild Spark assets for a range of days as one run (a UI backfill if Dagster is up)."""
-    try:
+    with exits_on(ValueError, code=2):
         names = selected_assets(assets)
-    except ValueError as exc:
-        print_error(str(exc))
-        raise typer.Exit(2) from exc
-    try:
+    with exits_on(ValueError, code=2):
         days = day_range(from_, to)
-    except ValueError as exc:
-        print_error(str(exc))
-        raise typer.Exit(2) from exc
     if not in_process and webserver_answers(url):
         _launch_on_webserver(url, names, days)
     else:
@@ -315,11 +309,8 @@ def backfill_command(
 def _launch_on_webserver(url: str, names: list[str], days: list[date]) -> None:
     from consumers.errors import LanehouseError
 
-    try:
+    with exits_on(LanehouseError, OSError):
         backfill_id = launch_backfill(url, names, days)
-    except (LanehouseError, OSError) as exc:
-        print_error(str(exc))
-        raise typer.Exit(1) from exc
     print(f"backfill {backfill_id}: {', '.join(names)} for {days[0]}..{days[-1]}")
     print(f"{url.rstrip('/')}/runs/b/{backfill_id}?tab=partitions")
 

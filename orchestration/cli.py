@@ -48,7 +48,7 @@ from rich.text import Text
 
 from consumers.embedded.child import BrokerProcess
 from consumers.embedded.tansu import start_tansu
-from consumers.errors import BrokerError, LanehouseError, SpecError
+from consumers.errors import BrokerError, SpecError
 from consumers.names import validate_topic_name
 from consumers.pulsar_options import validate_pulsar_topic, validate_pulsar_url
 from consumers.run import run_specs
@@ -57,7 +57,7 @@ from consumers.spec import KafkaSourceSpec, PulsarSourceSpec, WorkloadSpec, load
 from orchestration.backfill import backfill_command
 from orchestration.cli_permits import permits_app
 from orchestration.cli_workloads import workloads_app
-from orchestration.console import err_console, print_error
+from orchestration.console import err_console, exits_on, print_error
 from orchestration.demo_events import MAX_USERS, Stream
 
 app = typer.Typer(
@@ -174,40 +174,38 @@ def broker(
     # Handlers first: a signal while a broker starts still stops the ones already running.
     with _stop_on_signal() as stop:
         try:
-            if want_kafka:
-                tansu = start_tansu(kafka_port or DEFAULT_KAFKA_PORT, storage)
-                started.append(("Tansu", tansu))
-                print(f"Kafka bootstrap: {tansu.bootstrap}", flush=True)
-                err_console.print(
-                    escape(f"Tansu pid {tansu.pid}, storage {storage}, log {tansu.log_path}"),
-                    highlight=False,
-                )
-            if want_pulsar:
-                from consumers.embedded.pulsar import start_pulsar_lite  # loads pulsar-client
+            with exits_on(BrokerError):
+                if want_kafka:
+                    tansu = start_tansu(kafka_port or DEFAULT_KAFKA_PORT, storage)
+                    started.append(("Tansu", tansu))
+                    print(f"Kafka bootstrap: {tansu.bootstrap}", flush=True)
+                    err_console.print(
+                        escape(f"Tansu pid {tansu.pid}, storage {storage}, log {tansu.log_path}"),
+                        highlight=False,
+                    )
+                if want_pulsar:
+                    from consumers.embedded.pulsar import start_pulsar_lite  # loads pulsar-client
 
-                lite = start_pulsar_lite(pulsar_port or DEFAULT_PULSAR_PORT, pulsar_data)
-                started.append(("pulsar-lite", lite))
-                print(f"Pulsar service URL: {lite.url}", flush=True)
-                kept = "kept" if pulsar_data is not None else "removed on exit"
-                err_console.print(
-                    escape(
-                        f"pulsar-lite pid {lite.pid}, data {lite.data_dir} ({kept}), "
-                        f"log {lite.log_path}"
-                    ),
-                    highlight=False,
-                )
-            err_console.print("Ctrl-C stops " + " and ".join(name for name, _ in started) + ".")
-            while not stop.wait(_LIVENESS_INTERVAL):
-                for name, process in started:
-                    # A terminal's Ctrl-C reaches the brokers too: give our handler a moment.
-                    if not process.alive() and not stop.wait(_LIVENESS_INTERVAL):
-                        print_error(
-                            f"{name} exited with status {process.returncode}\n{process.log_tail()}"
-                        )
-                        raise typer.Exit(1)
-        except BrokerError as exc:
-            print_error(str(exc))
-            raise typer.Exit(1) from exc
+                    lite = start_pulsar_lite(pulsar_port or DEFAULT_PULSAR_PORT, pulsar_data)
+                    started.append(("pulsar-lite", lite))
+                    print(f"Pulsar service URL: {lite.url}", flush=True)
+                    kept = "kept" if pulsar_data is not None else "removed on exit"
+                    err_console.print(
+                        escape(
+                            f"pulsar-lite pid {lite.pid}, data {lite.data_dir} ({kept}), "
+                            f"log {lite.log_path}"
+                        ),
+                        highlight=False,
+                    )
+                err_console.print("Ctrl-C stops " + " and ".join(name for name, _ in started) + ".")
+                while not stop.wait(_LIVENESS_INTERVAL):
+                    for name, process in started:
+                        # A terminal's Ctrl-C reaches the brokers too: give our handler a moment.
+                        if not process.alive() and not stop.wait(_LIVENESS_INTERVAL):
+                            print_error(
+                                f"{name} exited with status {process.returncode}\n{process.log_tail()}"
+                            )
+                            raise typer.Exit(1)
         finally:
             for name, process in reversed(started):
                 process.stop()
@@ -300,40 +298,35 @@ def produce(
             )
         topic = _pulsar_topic(topic, "'--topic'")
     progress = _progress()
-    with progress:
+    with exits_on(BrokerError), progress:  # the bar stops before the error line
         task = progress.add_task(f"produce {topic}", total=count)
 
         def report(done: int) -> None:
             progress.update(task, completed=done)
 
-        try:
-            if pulsar is None:
-                summary = produce_sample(
-                    bootstrap,
-                    topic,
-                    count,
-                    keys,
-                    rate=rate,
-                    partitions=partitions,
-                    progress=report,
-                    value_size=value_size,
-                    seed=seed,
-                )
-            else:
-                summary = produce_pulsar_sample(
-                    pulsar,
-                    topic,
-                    count,
-                    keys,
-                    rate=rate,
-                    progress=report,
-                    value_size=value_size,
-                    seed=seed,
-                )
-        except BrokerError as exc:
-            progress.stop()
-            print_error(str(exc))
-            raise typer.Exit(1) from exc
+        if pulsar is None:
+            summary = produce_sample(
+                bootstrap,
+                topic,
+                count,
+                keys,
+                rate=rate,
+                partitions=partitions,
+                progress=report,
+                value_size=value_size,
+                seed=seed,
+            )
+        else:
+            summary = produce_pulsar_sample(
+                pulsar,
+                topic,
+                count,
+                keys,
+                rate=rate,
+                progress=report,
+                value_size=value_size,
+                seed=seed,
+            )
     print(
         f"produced {summary.records} records over {summary.keys} keys to {summary.topic} "
         f"in {summary.seconds:.2f} s ({summary.per_second:,.0f} rec/s)"
@@ -385,7 +378,7 @@ def shop(
     if clicks_topic is None and orders_topic is None:
         raise typer.BadParameter("name --clicks-topic, --orders-topic or both")
     sinks: dict[Stream, RecordSink] = {}
-    try:
+    with exits_on(BrokerError):
         if clicks_topic is not None:
             sinks["clicks"] = KafkaSink(
                 bootstrap, _topic_name(clicks_topic, "'--clicks-topic'"), partitions
@@ -396,9 +389,6 @@ def shop(
             sinks["orders"] = KafkaSink(
                 bootstrap, _topic_name(orders_topic, "'--orders-topic'"), partitions
             )
-    except BrokerError as exc:
-        print_error(str(exc))
-        raise typer.Exit(1) from exc
     start = time.time()
     shop = LiveShop(
         clicks_per_second=rate,
@@ -412,11 +402,8 @@ def shop(
             timer = threading.Timer(seconds, stop.set)
             timer.daemon = True
             timer.start()
-        try:
+        with exits_on(BrokerError):
             sent = run_live_shop(shop, sinks, stop)
-        except BrokerError as exc:
-            print_error(str(exc))
-            raise typer.Exit(1) from exc
     print(
         f"sent {sent['clicks']} clicks and {sent['orders']} orders "
         f"({sent['malformed']} malformed) in {time.time() - start:.0f} s"
@@ -425,11 +412,8 @@ def shop(
 
 def _load_or_exit(paths: list[Path]) -> list[WorkloadSpec]:
     """Validate every spec before anything runs; exit 2 naming the file and field."""
-    try:
+    with exits_on(SpecError, code=2):
         return load_specs(paths)
-    except SpecError as exc:
-        print_error(str(exc))
-        raise typer.Exit(2) from exc
 
 
 def _pool_sizes(values: list[str]) -> dict[str, int]:
@@ -527,7 +511,7 @@ def consume(
 
         args = child_args(ctx, skip={"replicas", "metrics_port"})
         raise typer.Exit(run_fleet(specs, replicas, args, metrics_port))
-    try:
+    with exits_on():
         summaries = run_specs(
             specs,
             pool_sizes=sizes,
@@ -535,9 +519,6 @@ def consume(
             metrics_port=metrics_port,
             metrics_host=metrics_host,
         )
-    except LanehouseError as exc:
-        print_error(str(exc))
-        raise typer.Exit(1) from exc
     for summary in summaries:
         c = summary.counters
         print(
@@ -574,7 +555,7 @@ def demo(
     from consumers.config_utils import state_dir as resolve_state_dir
     from orchestration.demo import run_demo
 
-    try:
+    with exits_on():
         ok = run_demo(
             err_console,
             state=resolve_state_dir(state_dir),
@@ -584,9 +565,6 @@ def demo(
             malformed=malformed,
             partitions=partitions,
         )
-    except LanehouseError as exc:
-        print_error(str(exc))
-        raise typer.Exit(1) from exc
     raise typer.Exit(0 if ok else 1)
 
 
@@ -628,11 +606,8 @@ def up(
         pulsar_port=pulsar_port,
         rate=rate,
     )
-    try:
+    with exits_on():
         run_up(settings, say=lambda text: err_console.print(escape(text), highlight=False))
-    except LanehouseError as exc:
-        print_error(str(exc))
-        raise typer.Exit(1) from exc
 
 
 app.command("backfill")(backfill_command)
@@ -678,11 +653,8 @@ def _dead_letter_workload(
     from orchestration.workloads import workloads_dir
 
     specs = specs if specs is not None else workloads_dir()
-    try:
+    with exits_on(SpecError, code=2):
         loaded = load_specs([specs], import_handler=False)
-    except SpecError as exc:
-        print_error(str(exc))
-        raise typer.Exit(2) from exc
     by_name = {spec.name: spec for spec in loaded}
     spec = by_name.get(workload)
     if spec is None:
@@ -754,7 +726,7 @@ def dead_letters_list(
 
     spec, source, topic = _dead_letter_workload(specs, workload)
     since_ms = _since_ms(since)
-    try:
+    with exits_on():
         entries = list_dead_letters(
             source.bootstrap_servers,
             topic,
@@ -763,9 +735,6 @@ def dead_letters_list(
             since_ms=since_ms,
             client_config=replay_client_config(spec),
         )
-    except LanehouseError as exc:
-        print_error(str(exc))
-        raise typer.Exit(1) from exc
     console = Console(highlight=False)
     if not entries:
         console.print(Text(f"no dead letters of workload {workload} in {topic}"))
@@ -831,28 +800,23 @@ def dead_letters_replay(
             raise typer.BadParameter(f"{to!r} is the dead-letter topic itself", param_hint="'--to'")
     target = to if to is not None else (source.topics[0] if len(source.topics) == 1 else None)
     progress = _progress(transient=True)
-    with progress:
+    with exits_on(), progress:  # the bar stops before the error line
         task = progress.add_task(escape(f"replay {topic}"), total=None)
 
         def report(scanned: int, total: int | None) -> None:
             progress.update(task, completed=scanned, total=total)
 
-        try:
-            summary = replay_dead_letters(
-                source.bootstrap_servers,
-                topic,
-                workload,
-                target,
-                limit=limit,
-                since_ms=since_ms,
-                max_replays=max_replays,
-                client_config=replay_client_config(spec),
-                progress=report,
-            )
-        except LanehouseError as exc:
-            progress.stop()
-            print_error(str(exc))
-            raise typer.Exit(1) from exc
+        summary = replay_dead_letters(
+            source.bootstrap_servers,
+            topic,
+            workload,
+            target,
+            limit=limit,
+            since_ms=since_ms,
+            max_replays=max_replays,
+            client_config=replay_client_config(spec),
+            progress=report,
+        )
     where = target if target is not None else "each dead letter's source topic"
     print(f"replayed {summary.replayed} dead letters of {workload} from {topic} to {where}")
     if summary.exhausted:

@@ -19,10 +19,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from consumers.errors import LanehouseError
 from consumers.permit_store import PermitStore, PoolStatus
 from consumers.platform_config import load_platform_config
-from orchestration.console import print_error
+from orchestration.console import exits_on, print_error
 
 permits_app = typer.Typer(
     name="permits",
@@ -104,21 +103,19 @@ def status(
         print_error("--json prints once: drop --watch")
         raise typer.Exit(2)
     try:
-        platform = load_platform_config(config)
-        store = PermitStore(platform.permits.database_url())
-        pools = store.status()
-        if as_json:
-            print(_as_json(pools))
-            return
-        if not watch:
-            Console().print(pools_table(pools))
-            return
-        with Live(pools_table(pools), auto_refresh=False) as live:
-            while True:
-                time.sleep(interval)
-                live.update(pools_table(store.status()), refresh=True)
-    except LanehouseError as exc:
-        print_error(str(exc))
-        raise typer.Exit(1) from exc
+        with exits_on():
+            platform = load_platform_config(config)
+            store = PermitStore(platform.permits.database_url())
+            pools = store.status()
+            if as_json:
+                print(_as_json(pools))
+                return
+            if not watch:
+                Console().print(pools_table(pools))
+                return
+            with Live(pools_table(pools), auto_refresh=False) as live:
+                while True:
+                    time.sleep(interval)
+                    live.update(pools_table(store.status()), refresh=True)
     except KeyboardInterrupt:
         return
