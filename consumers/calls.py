@@ -24,15 +24,17 @@ from consumers.inline import InlineGate
 from consumers.interceptors import Interceptor
 from consumers.invoke import (
     MAX_HANDOFF_BYTES,
+    CallPool,
     Executor,
     Handler,
+    PendingCall,
     check_executor,
     is_async_handler,
 )
 from consumers.outcomes import Outcome
-from consumers.processes import ProcessCall, ProcessExecutor
+from consumers.processes import ProcessExecutor
 from consumers.record import Record
-from consumers.threads import ThreadCall, ThreadExecutor
+from consumers.threads import ThreadExecutor
 from consumers.workers import Worker, WorkloadCounters
 
 log = logging.getLogger("lanehouse.engine")
@@ -66,8 +68,7 @@ class HandlerCaller:
         #: Decides inline or threads for a plain def under ``executor: auto``.
         self.gate = InlineGate(clock) if executor == "auto" and not self._async else None
         self._clock = clock
-        self._process = executor == "process"
-        self._pool: ThreadExecutor | ProcessExecutor | None = None
+        self._pool: CallPool | None = None
         if executor == "process":
             self._pool = ProcessExecutor(
                 handler, processes or os.cpu_count() or 1, name, max_handoff_bytes
@@ -119,7 +120,7 @@ class HandlerCaller:
         self, worker: Worker, first: Record, subject: Record | list[Record]
     ) -> tuple[Any, HandlerError | None]:
         gate = self.gate
-        call: ThreadCall | ProcessCall | None = None
+        call: PendingCall | None = None
         try:
             if self._async:
                 result = await self._handler(subject)
@@ -130,11 +131,12 @@ class HandlerCaller:
                 finally:
                     gate.ran_inline(perf_counter() - started)
             else:
-                call = self._pool.submit(subject)  # type: ignore[union-attr]
-                if self._process and not call.running:  # type: ignore[union-attr]
-                    # Queued behind other records: its timeout starts when a worker runs it.
+                assert self._pool is not None  # every plain def has a pool
+                call = self._pool.submit(subject)
+                if not call.running:
+                    # Queued behind other records: its timeout starts when it runs.
                     worker.started = math.inf
-                    call.on_start = partial(self._restart_timer, worker)  # type: ignore[union-attr]
+                    call.on_start = partial(self._restart_timer, worker)
                 result = await call.future
         except asyncio.CancelledError:
             if not worker.timed_out:
@@ -143,9 +145,9 @@ class HandlerCaller:
             reason = f"timed out after {self._timeout:g}s"
             error: HandlerError = HandlerTimeout(*self._where(first), reason)
             self.fail(first, error)  # counted now, even while an abandoned thread runs on
-            if call is not None:
+            if call is not None and self._pool is not None:
                 worker.record = None
-                await self._pool.abandon(call)  # type: ignore[union-attr, arg-type]
+                await self._pool.abandon(call)
             return None, error
         except Exception as exc:
             if worker.timed_out:
@@ -201,11 +203,6 @@ class HandlerCaller:
     @property
     def abandoned(self) -> int:
         return self._pool.abandoned if self._pool is not None else 0
-
-    @property
-    def inline(self) -> bool:
-        """A plain def runs inline on the loop now."""
-        return self.gate is not None and self.gate.inline
 
     def close(self) -> None:
         if self._pool is not None:

@@ -16,12 +16,10 @@ from typing import Any
 _HEADER = 8  # big-endian length of the pickle that follows
 
 
-def send(sock: socket.socket, message: Any) -> int:
-    """Send one message (blocking); returns its size in bytes."""
+def send(sock: socket.socket, message: Any) -> None:
+    """Send one message (blocking), header and body in one system call."""
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    sock.sendall(len(data).to_bytes(_HEADER, "big"))
-    sock.sendall(data)
-    return len(data)
+    sock.sendall(len(data).to_bytes(_HEADER, "big") + data)
 
 
 def _read_exactly(sock: socket.socket, size: int) -> bytearray:

@@ -48,7 +48,7 @@ class InlineGate:
         self._average = 0.0
         self._until = 0.0
         self._probation = PROBATION
-        #: How often the handler was moved back to threads (a metric and a test hook).
+        #: How often the handler was moved back to threads.
         self.demotions = 0
 
     def threaded(self, wall: float) -> None:

@@ -14,10 +14,11 @@ process call kills and replaces its worker.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import pickle
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 #: Called with a Record (single mode) or a list of them (batch and unique modes).
 Handler = Callable[[Any], Any]
@@ -26,6 +27,28 @@ Executor = Literal["auto", "thread", "process"]
 
 #: ``max_handoff_bytes`` default: keys, values and headers of one call sent to a worker process.
 MAX_HANDOFF_BYTES = 64 * 1024 * 1024
+
+
+class PendingCall(Protocol):
+    """One call handed to a pool; ``future`` resolves on the loop with the handler's result."""
+
+    future: asyncio.Future[Any]
+    #: False while it waits behind other calls (its timeout should not run yet).
+    running: bool
+    #: Called when it starts running, if it was not running when submitted.
+    on_start: Callable[[], None] | None
+
+
+class CallPool(Protocol):
+    """Threads or worker processes running one workload's plain ``def`` handler."""
+
+    abandoned: int
+
+    def submit(self, subject: Any) -> PendingCall: ...
+
+    async def abandon(self, call: Any) -> None: ...
+
+    def close(self) -> None: ...
 
 
 def is_async_handler(handler: Handler) -> bool:

@@ -148,8 +148,6 @@ class ProcessExecutor:
         self._ids = itertools.count()
         self._task_seconds = 0.0
         self._closed = False
-        #: Workers started again after a crash or a timeout.
-        self.replaced = 0
         self.abandoned = 0  # a killed worker is gone at once: nothing is left running
         self._workers: list[_Worker] = []
         try:
@@ -230,7 +228,6 @@ class ProcessExecutor:
                 self._pending.appendleft(call)
         worker.outstanding.clear()
         worker.unanswered_bytes = 0
-        self.replaced += 1
         index = self._workers.index(worker)
         if delay:
             self._loop.call_later(delay, self._restart, index, worker)
@@ -363,10 +360,6 @@ class ProcessExecutor:
                     WorkerDied(f"the worker process exited with code {code} while running it")
                 )
         self._replace(worker)
-
-    @property
-    def pids(self) -> list[int]:
-        return [w.process.pid for w in self._workers]
 
     def close(self) -> None:
         """Stop every worker (a drain already waited for the calls it could)."""

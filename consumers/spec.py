@@ -38,7 +38,7 @@ from consumers.config_utils import (
 )
 from consumers.errors import HandlerImportError, SpecError
 from consumers.interceptors import load_interceptor
-from consumers.invoke import MAX_HANDOFF_BYTES, check_executor, process_problem
+from consumers.invoke import MAX_HANDOFF_BYTES, Executor, check_executor, process_problem
 from consumers.names import check_name, validate_topic_name
 from consumers.pulsar_options import CLIENT_OPTIONS as PULSAR_CLIENT_OPTIONS
 from consumers.pulsar_options import CONSUMER_OPTIONS as PULSAR_CONSUMER_OPTIONS
@@ -319,7 +319,7 @@ class WorkloadSpec(FrozenModel):
     landing: LandingSpec | None = None
     interceptors: tuple[HandlerPath, ...] = ()
     #: Where a plain def handler runs: auto (threads, inline once proven fast) | thread | process.
-    executor: Literal["auto", "thread", "process"] = "auto"
+    executor: Executor = "auto"
     #: Worker processes for ``executor: process``; 0 means one per CPU.
     processes: int = Field(default=0, ge=0)
     #: ``executor: process``: the most bytes of keys, values and headers one call may send.

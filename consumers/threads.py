@@ -29,13 +29,16 @@ from consumers.invoke import Handler
 
 
 class ThreadCall:
-    """One call in flight; ``future`` resolves on the loop with the handler's result."""
+    """One call in flight; ``future`` resolves on the loop with the handler's result. Each call
+    has a thread (they start as calls are in flight), so it runs from the moment it is queued."""
 
-    __slots__ = ("future", "subject")
+    __slots__ = ("future", "on_start", "running", "subject")
 
     def __init__(self, subject: Any, future: asyncio.Future[Any]) -> None:
         self.subject = subject
         self.future = future
+        self.running = True
+        self.on_start: Callable[[], None] | None = None
 
 
 #: (call, result, exception, wall seconds of the handler alone)
@@ -87,10 +90,6 @@ class ThreadExecutor:
             pass
         finally:
             self.abandoned -= 1
-
-    @property
-    def threads(self) -> int:
-        return len(self._threads)
 
     def close(self) -> None:
         """Let idle threads end; a thread still in a handler ends when the handler returns."""

@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
 from consumers.app import ConsumerApp, Workload, WorkloadSummary
-from consumers.dead_letter_headers import decode_dead_letter
+from consumers.dead_letter_headers import DeadLetterInfo, decode_dead_letter
 from consumers.interceptors import load_interceptor
 from consumers.resolution import DeadLetterPolicy, RetryPolicy
 from consumers.runner import RunnerSettings
 from tests import executor_handlers as h
-from tests.backends import Backend, keyed_stream
+from tests.backends import Backend, Stored, keyed_stream
 from tests.helpers import until
 
 pytestmark = pytest.mark.integration
@@ -74,36 +74,53 @@ async def test_key_order_across_retries_and_everything_committed(
     assert backend.committed("g-order", topic, 4) == ends
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
-async def test_poison_records_dead_letter_with_their_own_error_type(
-    backend: Backend, executor: str
-) -> None:
-    topic, dlq = backend.make_topic(2), backend.make_topic(1)
-    poison = [(h.POISON, json.dumps({"key": "poison", "seq": i}).encode()) for i in range(3)]
-    records = poison + keyed_stream(300, keys=30, seed=2)
-    backend.produce(topic, records)
-    check = h.OrderCheck()
+class PoisonRun(NamedTuple):
+    dead: list[Stored]
+    first: DeadLetterInfo
+    summary: WorkloadSummary
+    check: h.OrderCheck
+    healthy: list[bytes]
 
+
+async def poison_run(
+    backend: Backend, handler: Any, executor: str, group: str, poison: int
+) -> PoisonRun:
+    """``poison`` records of key ``h.POISON`` ahead of a healthy stream, through a workload
+    that dead-letters after 3 attempts; what reached the dead-letter topic, and the rest."""
+    topic, dlq = backend.make_topic(2), backend.make_topic(1)
+    bad = [(h.POISON, json.dumps({"key": "poison", "seq": i}).encode()) for i in range(poison)]
+    healthy = keyed_stream(300, keys=30, seed=2)
+    backend.produce(topic, bad + healthy)
+    check = h.OrderCheck()
     w = workload(
         backend,
         topic,
-        "g-dlq",
-        h.poison,
+        group,
+        handler,
         check,
         executor=executor,
         retry=FAST_RETRY,
         dead_letter=DeadLetterPolicy(dlq, max_ratio=0.5, window=100),
     )
     summary = await run(w)
-
+    assert backend.committed(group, topic, 2) == backend.log_end(topic, 2)
     dead = [r for part in backend.read(dlq, 1) for r in part]
-    assert [json.loads(r.value or b"")["seq"] for r in dead] == [0, 1, 2]
-    info = decode_dead_letter(list(dead[0].headers.items()))
-    assert (info.error_type, info.attempts) == ("ValueError", 3)
-    assert "poison pill" in info.error_message
-    assert check.violations == []
-    assert summary.counters["dead_lettered"] == 3
-    assert backend.committed("g-dlq", topic, 2) == backend.log_end(topic, 2)
+    first = decode_dead_letter(list(dead[0].headers.items()))
+    return PoisonRun(dead, first, summary, check, [v for _, v in healthy])
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+async def test_poison_records_dead_letter_with_their_own_error_type(
+    backend: Backend, executor: str
+) -> None:
+    out = await poison_run(backend, h.poison, executor, "g-dlq", poison=3)
+
+    assert [json.loads(r.value or b"")["seq"] for r in out.dead] == [0, 1, 2]
+    assert (out.first.error_type, out.first.attempts) == ("ValueError", 3)
+    assert "poison pill" in out.first.error_message
+    assert out.check.violations == []
+    assert sorted(out.check.completed) == sorted(out.healthy)
+    assert out.summary.counters["dead_lettered"] == 3
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)

@@ -36,7 +36,7 @@ from tests.integration.processes import (
     start_consumer,
     write_spec,
 )
-from tests.integration.test_executor_contract import run, workload
+from tests.integration.test_executor_contract import poison_run, run, workload
 
 pytestmark = pytest.mark.integration
 
@@ -98,34 +98,14 @@ async def test_a_worker_crash_fails_its_record_which_is_retried_in_key_order(
 
 
 async def test_a_key_that_always_kills_its_worker_is_dead_lettered_as_worker_died() -> None:
-    backend = MemoryBackend()
-    topic, dlq = backend.make_topic(2), backend.make_topic(1)
-    poison = [(h.POISON, json.dumps({"key": "poison", "seq": i}).encode()) for i in range(2)]
-    records = poison + keyed_stream(200, keys=20, seed=6)
-    backend.produce(topic, records)
-    check = h.OrderCheck()
+    out = await poison_run(MemoryBackend(), h.crash_poison, "process", "g-crash-dlq", poison=2)
 
-    w = workload(
-        backend,
-        topic,
-        "g-crash-dlq",
-        h.crash_poison,
-        check,
-        executor="process",
-        retry=FAST_RETRY,
-        dead_letter=DeadLetterPolicy(dlq, max_ratio=0.5, window=100),
-    )
-    summary = await run(w)
-
-    dead = [r for part in backend.read(dlq, 1) for r in part]
-    assert [json.loads(r.value or b"")["seq"] for r in dead] == [0, 1]
-    info = decode_dead_letter(list(dead[0].headers.items()))
-    assert (info.error_type, info.attempts) == ("WorkerDied", 3)
-    assert "exited with code 3" in info.error_message
-    assert sorted(check.completed) == sorted(v for k, v in records if k != h.POISON)
-    assert summary.counters["dead_lettered"] == len(poison)
-    assert check.violations == []
-    assert backend.committed("g-crash-dlq", topic, 2) == backend.log_end(topic, 2)
+    assert [json.loads(r.value or b"")["seq"] for r in out.dead] == [0, 1]
+    assert (out.first.error_type, out.first.attempts) == ("WorkerDied", 3)
+    assert "exited with code 3" in out.first.error_message
+    assert sorted(out.check.completed) == sorted(out.healthy)
+    assert out.summary.counters["dead_lettered"] == 2
+    assert out.check.violations == []
 
 
 async def test_a_worker_killed_from_outside_is_replaced_and_nothing_is_lost(
