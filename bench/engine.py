@@ -68,6 +68,7 @@ from consumers.app import ConsumerApp, Workload
 from consumers.backends.kafka import CONSUMER_DEFAULTS, ENGINE_OWNED, kafka_consumer_factory
 from consumers.embedded.child import BrokerProcess
 from consumers.embedded.tansu import start_tansu
+from consumers.invoke import Executor
 from consumers.permits import LocalPermitPool
 from consumers.pulsar_options import validate_pulsar_topic
 from consumers.record import Record
@@ -111,7 +112,7 @@ class Row:
     #: The workload's ``max_buffered`` (records per partition before a pause); None: default.
     max_buffered: int | None = None
     #: Where a plain def runs (the workload's ``executor``) and, for ``process``, how many.
-    executor: Literal["auto", "thread", "process"] = "auto"
+    executor: Executor = "auto"
     processes: int = 0
 
     @property
