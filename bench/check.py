@@ -14,7 +14,7 @@ import time
 from array import array
 from typing import Any
 
-#: Bytes between ``"seq":`` and the next comma in a sample value (``consumers.sample``).
+#: Bytes between ``"seq":`` and the next comma in a sample value (``consumers.dev.sample``).
 _SEQ = b'"seq":'
 
 

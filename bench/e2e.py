@@ -49,8 +49,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from rich.console import Console
 
-from consumers.embedded.pulsar import start_pulsar_lite
-from consumers.embedded.tansu import start_tansu
+from consumers.dev.embedded.pulsar import start_pulsar_lite
+from consumers.dev.embedded.tansu import start_tansu
 from orchestration.demo import (
     consume_demo,
     demo_data,

@@ -30,7 +30,7 @@ exactly those failures and retries), and ``batch_json`` is the JSON row in batch
 records or 50 ms a call, 4 calls at once), checked per key across batches.
 
 ``sleep20_c300_shared_sqlite`` and ``sleep20_c300_shared_pg`` are the 20 ms row at C=300 with its
-permits from a shared pool (``consumers.shared_permits``) leased in a fresh SQLite file or a
+permits from a shared pool (``consumers.permits.shared``) leased in a fresh SQLite file or a
 PostgreSQL server started for the run (``tests/postgres.py``); ``ratios`` in the JSON compares
 each with ``sleep20_c300`` (in-process pool) when both ran.
 """
@@ -63,18 +63,18 @@ from confluent_kafka import Consumer, TopicPartition
 from bench.check import Check, seq_of
 from bench.cpu import burn_record
 from bench.peers.venvs import peer_python
-from consumers import event_loop
-from consumers.app import ConsumerApp, Workload
 from consumers.backends.kafka import CONSUMER_DEFAULTS, ENGINE_OWNED, kafka_consumer_factory
-from consumers.embedded.child import BrokerProcess
-from consumers.embedded.tansu import start_tansu
-from consumers.invoke import Executor
-from consumers.permits import LocalPermitPool
-from consumers.pulsar_options import validate_pulsar_topic
+from consumers.config.pulsar_options import validate_pulsar_topic
+from consumers.dev.embedded.child import BrokerProcess
+from consumers.dev.embedded.tansu import start_tansu
+from consumers.dev.sample import produce_pulsar_sample, produce_sample
+from consumers.engine import event_loop
+from consumers.engine.resolution import RetryPolicy
+from consumers.engine.runner import RunnerSettings
+from consumers.execution.executors import Executor
+from consumers.permits.pool import LocalPermitPool
 from consumers.record import Record
-from consumers.resolution import RetryPolicy
-from consumers.runner import RunnerSettings
-from consumers.sample import produce_pulsar_sample, produce_sample
+from consumers.service.app import ConsumerApp, Workload
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS, KEYS, SLEEP = 4, 1000, 0.020
@@ -360,8 +360,8 @@ def run_engine(row: Row, args: argparse.Namespace) -> dict[str, Any]:
 
     pool_factory: Any = LocalPermitPool
     if row.permits != "local":  # imported only here, so SQLAlchemy is not in other rows' RSS
-        from consumers.permit_store import PermitStore
-        from consumers.shared_permits import SharedPermitPool
+        from consumers.permits.shared import SharedPermitPool
+        from consumers.permits.store import PermitStore
 
         store = PermitStore(args.permits_url)
         store.declare_pools({"default": row.concurrency})
@@ -408,7 +408,7 @@ def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
 
 def start_broker(backend: str) -> BrokerProcess:
     if backend == "pulsar":
-        from consumers.embedded.pulsar import start_pulsar_lite
+        from consumers.dev.embedded.pulsar import start_pulsar_lite
 
         return start_pulsar_lite()
     return start_tansu()

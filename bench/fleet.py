@@ -270,8 +270,8 @@ def main() -> int:
     import confluent_kafka
 
     from consumers.backends.kafka import log_end_offsets
-    from consumers.embedded.tansu import start_tansu
-    from consumers.sample import produce_sample
+    from consumers.dev.embedded.tansu import start_tansu
+    from consumers.dev.sample import produce_sample
 
     machine = {
         "nproc": os.cpu_count(),

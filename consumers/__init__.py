@@ -3,7 +3,8 @@
 The public API is what ``__all__`` lists; everything else may change without notice.
 """
 
-from consumers.app import ConsumerApp, Workload, WorkloadSummary
+from consumers.config.spec import WorkloadSpec, load_spec, load_specs
+from consumers.engine.runner import RunnerSettings
 from consumers.errors import (
     BrokerError,
     DeadLetterRatioExceeded,
@@ -14,11 +15,10 @@ from consumers.errors import (
     SpecError,
 )
 from consumers.outcomes import DeadLetter, Drop, Forward, Land, OutputRecord, Retry
-from consumers.permits import LocalPermitPool, PermitPool
+from consumers.permits.pool import LocalPermitPool, PermitPool
 from consumers.record import Record
-from consumers.run import run_specs
-from consumers.runner import RunnerSettings
-from consumers.spec import WorkloadSpec, load_spec, load_specs
+from consumers.service.app import ConsumerApp, Workload, WorkloadSummary
+from consumers.service.launch import run_specs
 
 __all__ = [
     "BrokerError",

@@ -6,8 +6,8 @@ import json
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from consumers.engine.partition import PartitionState
     from consumers.outcomes import OutputRecord
-    from consumers.partition import PartitionState
 
 
 class MessageLike(Protocol):

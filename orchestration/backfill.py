@@ -320,7 +320,7 @@ def _run_here(state_dir: Path | None, names: list[str], days: list[date]) -> Non
 
     from dagster import DagsterInstance
 
-    from consumers.config_utils import state_dir as default_state_dir
+    from consumers.config.loading import state_dir as default_state_dir
     from orchestration.instance import lake_dir, prepare_dagster_home
 
     state = default_state_dir(state_dir)

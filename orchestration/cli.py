@@ -46,14 +46,14 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from consumers.embedded.child import BrokerProcess
-from consumers.embedded.tansu import start_tansu
+from consumers.config.names import validate_topic_name
+from consumers.config.pulsar_options import validate_pulsar_topic, validate_pulsar_url
+from consumers.config.spec import KafkaSourceSpec, PulsarSourceSpec, WorkloadSpec, load_specs
+from consumers.dev.embedded.child import BrokerProcess
+from consumers.dev.embedded.tansu import start_tansu
+from consumers.dev.sample import produce_pulsar_sample, produce_sample
 from consumers.errors import BrokerError, SpecError
-from consumers.names import validate_topic_name
-from consumers.pulsar_options import validate_pulsar_topic, validate_pulsar_url
-from consumers.run import run_specs
-from consumers.sample import produce_pulsar_sample, produce_sample
-from consumers.spec import KafkaSourceSpec, PulsarSourceSpec, WorkloadSpec, load_specs
+from consumers.service.launch import run_specs
 from orchestration.backfill import backfill_command
 from orchestration.cli_permits import permits_app
 from orchestration.cli_workloads import workloads_app
@@ -184,7 +184,9 @@ def broker(
                         highlight=False,
                     )
                 if want_pulsar:
-                    from consumers.embedded.pulsar import start_pulsar_lite  # loads pulsar-client
+                    from consumers.dev.embedded.pulsar import (
+                        start_pulsar_lite,  # loads pulsar-client
+                    )
 
                     lite = start_pulsar_lite(pulsar_port or DEFAULT_PULSAR_PORT, pulsar_data)
                     started.append(("pulsar-lite", lite))
@@ -552,7 +554,7 @@ def demo(
     """Embedded Kafka and Pulsar → a shop's clicks and orders over several days → both
     workloads land them → the Spark assets for those days → a reconciliation table per day
     (exit 1 unless everything reconciles)."""
-    from consumers.config_utils import state_dir as resolve_state_dir
+    from consumers.config.loading import state_dir as resolve_state_dir
     from orchestration.demo import run_demo
 
     with exits_on():
@@ -596,7 +598,7 @@ def up(
     """Run the platform: embedded brokers, demo producers and Dagster (UI, daemon, the discovery
     sensor starting a consumer run per workload). Ctrl-C or SIGTERM stops it all, consumer runs
     first (they drain and commit)."""
-    from consumers.config_utils import state_dir as default_state_dir
+    from consumers.config.loading import state_dir as default_state_dir
     from orchestration.up import UpSettings, run_up
 
     settings = UpSettings(
@@ -678,7 +680,7 @@ def _dead_letter_workload(
 
 
 def _since_ms(since: str | None) -> int | None:
-    from consumers.dead_letters import parse_since
+    from consumers.dead_letters.admin import parse_since
 
     if since is None:
         return None
@@ -722,7 +724,7 @@ def dead_letters_list(
     """Show a workload's dead letters (the whole dead-letter topic is read; nothing is committed)."""
     from rich.table import Table
 
-    from consumers.dead_letters import list_dead_letters, replay_client_config
+    from consumers.dead_letters.admin import list_dead_letters, replay_client_config
 
     spec, source, topic = _dead_letter_workload(specs, workload)
     since_ms = _since_ms(since)
@@ -790,7 +792,7 @@ def dead_letters_replay(
 
     Progress is kept in the consumer group lanehouse.<workload>.dlq-replay, so a second run republishes nothing twice. Dead letters passed over (older than --since, already replayed --max-replays times, other workloads') are not looked at again by later replays; `list` still shows them.
     """
-    from consumers.dead_letters import replay_client_config, replay_dead_letters
+    from consumers.dead_letters.admin import replay_client_config, replay_dead_letters
 
     spec, source, topic = _dead_letter_workload(specs, workload)
     since_ms = _since_ms(since)

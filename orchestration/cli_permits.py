@@ -19,8 +19,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from consumers.permit_store import PermitStore, PoolStatus
-from consumers.platform_config import load_platform_config
+from consumers.config.platform import load_platform_config
+from consumers.permits.store import PermitStore, PoolStatus
 from orchestration.console import exits_on, print_error
 
 permits_app = typer.Typer(

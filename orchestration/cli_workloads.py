@@ -54,7 +54,7 @@ def _instance(state_dir: Path | None) -> DagsterInstance:
     """The instance ``lanehouse up`` runs on; exit 2 with a hint when there is none."""
     from dagster import DagsterInstance
 
-    from consumers.config_utils import state_dir as default_state_dir
+    from consumers.config.loading import state_dir as default_state_dir
 
     if state_dir is None and os.environ.get("DAGSTER_HOME"):
         home = Path(os.environ["DAGSTER_HOME"])

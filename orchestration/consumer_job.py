@@ -58,14 +58,14 @@ from dagster import (
 )
 from pydantic import Field
 
-from consumers import event_loop
-from consumers.app import ConsumerApp, WorkloadSummary
-from consumers.config_utils import read_yaml_mapping, spec_files
+from consumers.config.loading import read_yaml_mapping, spec_files
+from consumers.config.spec import WorkloadSpec, load_spec, spec_hash
+from consumers.engine import event_loop
 from consumers.errors import SpecError
-from consumers.landing import LandedFile
-from consumers.metrics import WorkloadSnapshot, key_label, workload_snapshot
-from consumers.run import build_app
-from consumers.spec import WorkloadSpec, load_spec, spec_hash
+from consumers.landing.sink import LandedFile
+from consumers.service.app import ConsumerApp, WorkloadSummary
+from consumers.service.launch import build_app
+from consumers.service.metrics import WorkloadSnapshot, key_label, workload_snapshot
 from orchestration.heartbeat import HEARTBEAT_SECONDS, write_heartbeat
 from orchestration.instance import lake_dir
 from orchestration.lake_assets import LAKE_PARTITIONS, landed_key

@@ -19,7 +19,7 @@ from typing import Final
 
 from dagster import AssetSpec, Definitions, build_sensor_for_freshness_checks
 
-from consumers.spec import WorkloadSpec
+from consumers.config.spec import WorkloadSpec
 from orchestration.registry import read_registry
 from orchestration.workloads import SourceKind, topic_asset_key, workloads_dir
 

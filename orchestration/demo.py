@@ -32,16 +32,16 @@ from typing import TYPE_CHECKING, Final, TypeVar
 from rich.console import Console
 from rich.table import Table
 
-from consumers import event_loop
-from consumers.app import ConsumerApp, WorkloadSummary
 from consumers.backends.kafka import committed_offsets, log_end_offsets
-from consumers.embedded.pulsar import start_pulsar_lite
-from consumers.embedded.tansu import start_tansu
+from consumers.config.spec import KafkaSourceSpec, PulsarSourceSpec, WorkloadSpec, load_spec
+from consumers.dev.embedded.pulsar import start_pulsar_lite
+from consumers.dev.embedded.tansu import start_tansu
+from consumers.dev.examples import TIME_ORDER
+from consumers.engine import event_loop
 from consumers.errors import SpecError
-from consumers.examples import TIME_ORDER
-from consumers.permits import LocalPermitPool
-from consumers.run import build_app
-from consumers.spec import KafkaSourceSpec, PulsarSourceSpec, WorkloadSpec, load_spec
+from consumers.permits.pool import LocalPermitPool
+from consumers.service.app import ConsumerApp, WorkloadSummary
+from consumers.service.launch import build_app
 from orchestration.backfill import DayCounts, RangeRun
 from orchestration.demo_events import DemoRecord, expected_per_day, generate
 from orchestration.demo_producers import produce_kafka, produce_pulsar

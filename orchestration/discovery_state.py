@@ -20,7 +20,7 @@ from typing import Literal
 from dagster import DagsterRunStatus
 from pydantic import Field, ValidationError
 
-from consumers.config_utils import FrozenModel
+from consumers.config.loading import FrozenModel
 from orchestration.heartbeat import HEARTBEAT_SECONDS
 from orchestration.workloads import GENERATION_TAG, SPEC_HASH_TAG, WORKLOAD_TAG
 

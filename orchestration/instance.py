@@ -23,8 +23,8 @@ from typing import Any, Final
 
 import yaml
 
-from consumers.config_utils import state_dir
-from consumers.landing_files import default_lake
+from consumers.config.loading import state_dir
+from consumers.landing.files import default_lake
 
 #: Tag every Spark run launched by Lanehouse carries; at most ``SPARK_RUN_LIMIT`` run at once.
 SPARK_RUN_TAG: Final = "lanehouse/spark"
@@ -100,7 +100,7 @@ def prepare_platform_config(state: Path) -> Path:
     ``./lanehouse.yaml`` if there is one, else ``<state>/lanehouse.yaml`` (rewritten each time)
     declaring the ``default`` pool shared through ``<state>/permits.db``. Every consumer run is
     its own process, so only a shared pool makes the limit hold across workloads."""
-    from consumers.platform_config import config_path, default_permits_url
+    from consumers.config.platform import config_path, default_permits_url
 
     given = config_path()
     if given is not None:

@@ -52,7 +52,7 @@ from dagster_pyspark import PySparkResource
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from consumers.spec import WorkloadSpec
+from consumers.config.spec import WorkloadSpec
 from orchestration import lake_tables
 from orchestration.demo_events import STREAM_DATASETS
 from orchestration.instance import SPARK_POOL, SPARK_RUN_TAG, lake_dir

@@ -1,6 +1,6 @@
 """The workload registry: every spec file in the workloads directory, read and validated.
 
-The discovery sensor reads it on every tick. Unlike :func:`consumers.spec.load_specs`, one bad
+The discovery sensor reads it on every tick. Unlike :func:`consumers.config.spec.load_specs`, one bad
 file never hides the others: each invalid file is reported as an :class:`InvalidSpec` (file,
 field, reason) and every valid file is kept.
 
@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from consumers.config_utils import read_yaml_mapping, spec_files
+from consumers.config.loading import read_yaml_mapping, spec_files
+from consumers.config.spec import WorkloadSpec, load_spec, spec_hash
 from consumers.errors import SpecError
-from consumers.spec import WorkloadSpec, load_spec, spec_hash
 
 __all__ = ["InvalidSpec", "RegisteredWorkload", "Registry", "SpecCache", "read_registry"]
 

@@ -39,7 +39,7 @@ from typing import IO
 import typer
 from typer.core import TyperArgument, TyperOption
 
-from consumers.spec import PulsarSourceSpec, WorkloadSpec
+from consumers.config.spec import PulsarSourceSpec, WorkloadSpec
 from orchestration.console import print_error
 
 log = logging.getLogger("lanehouse.replicas")

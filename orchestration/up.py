@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from consumers.embedded.child import BrokerProcess
+from consumers.config.spec import KafkaSourceSpec, PulsarSourceSpec, WorkloadSpec
+from consumers.dev.embedded.child import BrokerProcess
 from consumers.errors import LanehouseError
-from consumers.spec import KafkaSourceSpec, PulsarSourceSpec, WorkloadSpec
 from orchestration.demo_events import STREAM_DATASETS
 from orchestration.instance import lake_dir, prepare_dagster_home, prepare_platform_config
 from orchestration.workloads import (
@@ -88,8 +88,8 @@ class Platform:
     # ------------------------------------------------------------ start
 
     def start(self) -> None:
-        from consumers.embedded.pulsar import start_pulsar_lite
-        from consumers.embedded.tansu import start_tansu
+        from consumers.dev.embedded.pulsar import start_pulsar_lite
+        from consumers.dev.embedded.tansu import start_tansu
 
         s = self.settings
         kafka = start_tansu(s.kafka_port)

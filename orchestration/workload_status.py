@@ -22,7 +22,7 @@ from pathlib import Path
 from dagster import AssetKey, DagsterInstance, RunsFilter
 from pydantic import BaseModel, ConfigDict
 
-from consumers.spec import WorkloadSpec
+from consumers.config.spec import WorkloadSpec
 from orchestration.discovery_state import (
     CRASH_LOOP_TAG,
     FINISHED,

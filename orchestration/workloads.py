@@ -14,7 +14,7 @@ from typing import Final, Literal
 
 from dagster import DynamicPartitionsDefinition
 
-from consumers.pulsar_options import validate_pulsar_topic
+from consumers.config.pulsar_options import validate_pulsar_topic
 
 SourceKind = Literal["kafka", "pulsar"]
 

@@ -23,7 +23,6 @@ from typing import Protocol
 import pulsar
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
-from consumers.app import ConsumerApp, WorkloadSummary
 from consumers.backends.kafka import committed_offsets, kafka_consumer_factory, log_end_offsets
 from consumers.backends.memory import MemoryBroker
 from consumers.backends.pulsar import (
@@ -35,14 +34,15 @@ from consumers.backends.pulsar import (
     pulsar_producer_factory,
 )
 from consumers.backends.pulsar import unacknowledged as pulsar_unacknowledged
-from consumers.embedded.pulsar import (
+from consumers.dev.embedded.pulsar import (
     PULSAR_TEST_CLIENT_KWARGS,
     PulsarLiteBroker,
     validate_pulsar_topic,
 )
-from consumers.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker, create_topic
-from consumers.producer import ProducerFactory, kafka_producer_factory
-from consumers.source import ConsumerFactory
+from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker, create_topic
+from consumers.engine.producer import ProducerFactory, kafka_producer_factory
+from consumers.engine.source import ConsumerFactory
+from consumers.service.app import ConsumerApp, WorkloadSummary
 
 Produced = list[tuple[bytes | None, bytes | None]]
 

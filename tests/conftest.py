@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from consumers.embedded.pulsar import PulsarLiteBroker, start_pulsar_lite
-from consumers.embedded.tansu import TansuBroker, create_topic, start_tansu
+from consumers.dev.embedded.pulsar import PulsarLiteBroker, start_pulsar_lite
+from consumers.dev.embedded.tansu import TansuBroker, create_topic, start_tansu
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from consumers.landing_files import LandedRow, SourceIdentity, landed_path, write_landed
+from consumers.landing.files import LandedRow, SourceIdentity, landed_path, write_landed
 from orchestration import lake_tables
 from orchestration.demo_events import DemoRecord
 from orchestration.lake_assets import TABLES

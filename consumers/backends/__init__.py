@@ -1,1 +1,1 @@
-"""Broker backends behind one client contract (see ``consumers.source.ConsumerLike``)."""
+"""Broker backends behind one client contract (see ``consumers.engine.source.ConsumerLike``)."""

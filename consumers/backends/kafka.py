@@ -8,10 +8,10 @@ from typing import Any, cast
 from confluent_kafka import Consumer, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from consumers.engine.producer import producer_properties
+from consumers.engine.source import ConsumerFactory, ConsumerLike
 from consumers.errors import BrokerError
-from consumers.landing_files import SourceIdentity
-from consumers.producer import producer_properties
-from consumers.source import ConsumerFactory, ConsumerLike
+from consumers.landing.files import SourceIdentity
 
 #: Defaults the engine relies on; a workload's ``source.config`` may override the tunables.
 CONSUMER_DEFAULTS: dict[str, Any] = {
@@ -32,7 +32,7 @@ ENGINE_OWNED: dict[str, Any] = {
 
 
 def kafka_consumer_factory(config: Mapping[str, Any]) -> ConsumerFactory:
-    """A factory for :class:`consumers.source.SourceThread`: engine defaults < ``config``."""
+    """A factory for :class:`consumers.engine.source.SourceThread`: engine defaults < ``config``."""
 
     def build(on_commit: Callable[[Any, list[TopicPartition]], None]) -> ConsumerLike:
         merged = {**CONSUMER_DEFAULTS, **config, **ENGINE_OWNED, "on_commit": on_commit}

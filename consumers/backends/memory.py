@@ -1,7 +1,7 @@
 """An in-memory broker with the Kafka offset contract, for fast tests of engine logic.
 
 It mimics the subset of ``confluent_kafka.Consumer`` the engine uses (see
-``consumers.source.ConsumerLike``): subscribe with rebalance callbacks, batched ``consume``,
+``consumers.engine.source.ConsumerLike``): subscribe with rebalance callbacks, batched ``consume``,
 pause/resume, commits *with metadata* (which Tansu drops), ``committed``, cached watermarks.
 Groups rebalance eagerly: every member revokes before anyone gets the new assignment, like
 Kafka's range assignor. It is thread-safe: one lock, one condition for waiting consumers.

@@ -32,12 +32,12 @@ from urllib.parse import urlsplit
 import pulsar
 from confluent_kafka import OFFSET_INVALID, KafkaError, TopicPartition
 
+from consumers.engine.producer import ProducerFactory, ProducerLike
+from consumers.engine.source import ConsumerFactory, ConsumerLike
+from consumers.engine.tracker import decode_done
 from consumers.errors import BrokerError
-from consumers.landing_files import SourceIdentity, pack_pulsar_position
-from consumers.producer import ProducerFactory, ProducerLike
+from consumers.landing.files import SourceIdentity, pack_pulsar_position
 from consumers.record import PlainMessage
-from consumers.source import ConsumerFactory, ConsumerLike
-from consumers.tracker import decode_done
 
 log = logging.getLogger("lanehouse.pulsar")
 #: pulsar-client's own (C++) log lines go here instead of stdout.
@@ -406,7 +406,7 @@ class PulsarLandingPositions:
 
 
 def pulsar_consumer_factory(settings: PulsarSettings) -> ConsumerFactory:
-    """A factory for :class:`consumers.source.SourceThread`."""
+    """A factory for :class:`consumers.engine.source.SourceThread`."""
 
     def build(on_commit: Callable[[Any, list[TopicPartition]], None]) -> ConsumerLike:
         return PulsarConsumer(settings, on_commit)

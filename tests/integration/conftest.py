@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.embedded.tansu import TansuBroker
+from consumers.dev.embedded.tansu import TansuBroker
 from tests.backends import Backend, MemoryBackend, PulsarBackend, TansuBackend
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
-from consumers.dead_letter_headers import encode_dead_letter_headers
-from consumers.embedded.tansu import TEST_CLIENT_CONFIG
+from consumers.dead_letters.headers import encode_dead_letter_headers
+from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG
 
 CLIENT = dict(TEST_CLIENT_CONFIG)
 HOUR_MS = 3_600_000
@@ -102,5 +102,5 @@ def spec_text(bootstrap: str, name: str, source: str, dlq: str | None) -> str:
         f"name: {name}\n"
         f"source:\n  kind: kafka\n  bootstrap_servers: {bootstrap}\n  topics: [{source}]\n"
         f"  config:{config}\n"
-        f"handler: consumers.examples:enrich\n{dead_letter}"
+        f"handler: consumers.dev.examples:enrich\n{dead_letter}"
     )

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from consumers.embedded.pulsar import PulsarLiteBroker
-from consumers.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
+from consumers.dev.embedded.pulsar import PulsarLiteBroker
+from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
 from tests.integration.recording import order_violations, read_run
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,13 +14,13 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
-import consumers.examples as examples
+import consumers.dev.examples as examples
 from consumers.backends.kafka import committed_offsets
-from consumers.embedded.child import accepts_tcp
-from consumers.embedded.pulsar import PulsarLiteBroker
-from consumers.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
+from consumers.dev.embedded.child import accepts_tcp
+from consumers.dev.embedded.pulsar import PulsarLiteBroker
+from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
+from consumers.dev.sample import produce_pulsar_sample, produce_sample
 from consumers.errors import BrokerError
-from consumers.sample import produce_pulsar_sample, produce_sample
 from orchestration.cli import app
 from orchestration.demo import pulsar_unacknowledged
 from tests.backends import assert_all_committed
@@ -35,7 +35,7 @@ def spec_text(bootstrap: str, topic: str, group: str, **overrides: str) -> str:
     config = "".join(f"\n    {k}: {v}" for k, v in TEST_CLIENT_CONFIG.items())
     fields = {
         "name": "cli-test",
-        "handler": "consumers.examples:enrich",
+        "handler": "consumers.dev.examples:enrich",
         **overrides,
     }
     extra = "".join(f"{k}: {v}\n" for k, v in fields.items() if k not in ("name", "handler"))
@@ -102,7 +102,7 @@ def test_consume_runs_to_idle_and_serves_metrics(
     port = free_port()
     scraped: list[str] = []
 
-    import consumers.examples as examples
+    import consumers.dev.examples as examples
 
     original = examples.ORDER.observe
 
@@ -172,7 +172,7 @@ def pulsar_spec_text(url: str, topic: str, subscription: str) -> str:
         "name: cli-pulsar\n"
         f"source:\n  kind: pulsar\n  service_url: {url}\n  topics: [{topic}]\n"
         f"  subscription: {subscription}\n"
-        "handler: consumers.examples:enrich\n"
+        "handler: consumers.dev.examples:enrich\n"
     )
 
 

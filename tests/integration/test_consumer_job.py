@@ -31,8 +31,8 @@ from dagster import (
 )
 
 from consumers.backends.kafka import committed_offsets
-from consumers.embedded.tansu import TansuBroker, create_topic
-from consumers.sample import produce_sample
+from consumers.dev.embedded.tansu import TansuBroker, create_topic
+from consumers.dev.sample import produce_sample
 from orchestration import consumer_job as consumer_job_module
 from orchestration.consumer_job import consumer_job
 from orchestration.heartbeat import read_heartbeats

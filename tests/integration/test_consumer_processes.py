@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from consumers.backends.kafka import committed_offsets
-from consumers.embedded.tansu import TansuBroker
-from consumers.sample import produce_sample
+from consumers.dev.embedded.tansu import TansuBroker
+from consumers.dev.sample import produce_sample
 from tests.backends import assert_all_committed
 from tests.helpers import free_port, wait_until
 from tests.integration.processes import (

@@ -8,11 +8,11 @@ import random
 
 import pytest
 
-from consumers.app import ConsumerApp, Workload, WorkloadSummary
+from consumers.engine.resolution import RetryPolicy
+from consumers.engine.runner import RunnerSettings
 from consumers.errors import LanehouseError
 from consumers.record import Record
-from consumers.resolution import RetryPolicy
-from consumers.runner import RunnerSettings
+from consumers.service.app import ConsumerApp, Workload, WorkloadSummary
 from tests.backends import Backend, MemoryBackend, keyed_stream
 from tests.helpers import until
 

@@ -15,7 +15,7 @@ from dagster import (
     instance_for_test,
 )
 
-from consumers.embedded.tansu import TansuBroker
+from consumers.dev.embedded.tansu import TansuBroker
 from orchestration.dead_letter_replay import dead_letter_replay_schedule, replay_job
 from orchestration.instance import REPLAY_RUN_TAG as REPLAY_TAG
 from orchestration.instance import instance_config

@@ -10,7 +10,7 @@ import pulsar
 import pytest
 from rich.console import Console
 
-from consumers.embedded.pulsar import PULSAR_TEST_CLIENT_KWARGS, PulsarLiteBroker
+from consumers.dev.embedded.pulsar import PULSAR_TEST_CLIENT_KWARGS, PulsarLiteBroker
 from orchestration.backfill import DayCounts
 from orchestration.demo import (
     DayRow,

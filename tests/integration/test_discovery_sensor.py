@@ -67,7 +67,7 @@ source:
   kind: kafka
   bootstrap_servers: 127.0.0.1:9092
   topics: [{name}-in]
-handler: consumers.examples:enrich
+handler: consumers.dev.examples:enrich
 concurrency: {concurrency}
 enabled: {enabled}
 """

@@ -9,13 +9,13 @@ import statistics
 
 import pytest
 
-from consumers.app import ConsumerApp, Workload
 from consumers.backends.kafka import kafka_consumer_factory
-from consumers.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
-from consumers.examples import OrderCheck
+from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
+from consumers.dev.examples import OrderCheck
+from consumers.dev.sample import produce_sample
+from consumers.engine.runner import RunnerSettings
 from consumers.record import Record
-from consumers.runner import RunnerSettings
-from consumers.sample import produce_sample
+from consumers.service.app import ConsumerApp, Workload
 from tests.backends import TansuBackend, assert_all_committed, run_sampling_shares
 
 pytestmark = pytest.mark.integration

@@ -11,11 +11,11 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from consumers.app import ConsumerApp, Workload, WorkloadSummary
-from consumers.dead_letter_headers import DeadLetterInfo, decode_dead_letter
-from consumers.interceptors import load_interceptor
-from consumers.resolution import DeadLetterPolicy, RetryPolicy
-from consumers.runner import RunnerSettings
+from consumers.dead_letters.headers import DeadLetterInfo, decode_dead_letter
+from consumers.engine.resolution import DeadLetterPolicy, RetryPolicy
+from consumers.engine.runner import RunnerSettings
+from consumers.execution.interceptors import load_interceptor
+from consumers.service.app import ConsumerApp, Workload, WorkloadSummary
 from tests import executor_handlers as h
 from tests.backends import Backend, Stored, keyed_stream
 from tests.helpers import until

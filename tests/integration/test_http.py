@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 
-import consumers.http as lh_http
-from consumers.app import ConsumerApp, Workload
-from consumers.http import Server, health, serve
+import consumers.service.http as lh_http
+from consumers.engine.runner import RunnerSettings
+from consumers.engine.tap import Tap
 from consumers.record import Record
-from consumers.runner import RunnerSettings
-from consumers.tap import Tap
+from consumers.service.app import ConsumerApp, Workload
+from consumers.service.http import Server, health, serve
 from tests.backends import MemoryBackend
 from tests.helpers import until, wait_until
 

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from consumers.app import ConsumerApp, Workload
+from consumers.config.spec import load_spec
+from consumers.dev.examples import CORRELATION_ID, CorrelationId
+from consumers.engine.runner import RunnerSettings
 from consumers.errors import SpecError
-from consumers.examples import CORRELATION_ID, CorrelationId
-from consumers.interceptors import load_interceptor
+from consumers.execution.interceptors import load_interceptor
 from consumers.record import Record
-from consumers.run import workload_from_spec
-from consumers.runner import RunnerSettings
-from consumers.spec import load_spec
+from consumers.service.app import ConsumerApp, Workload
+from consumers.service.launch import workload_from_spec
 from tests.backends import MemoryBackend
 
 pytestmark = pytest.mark.integration
@@ -79,13 +79,13 @@ async def test_an_interceptor_that_raises_fails_the_attempt() -> None:
 def test_spec_interceptors_are_imported_and_checked(tmp_path: Path) -> None:
     base = (
         "name: w\nsource: {kind: kafka, bootstrap_servers: x, topics: [t]}\n"
-        "handler: consumers.examples:enrich\n"
+        "handler: consumers.dev.examples:enrich\n"
     )
     good = tmp_path / "good.yaml"
-    good.write_text(base + "interceptors: [consumers.examples:CorrelationId]\n")
+    good.write_text(base + "interceptors: [consumers.dev.examples:CorrelationId]\n")
     assert len(workload_from_spec(load_spec(good)).interceptors) == 1
     bad = tmp_path / "bad.yaml"
-    bad.write_text(base + "interceptors: [consumers.examples:NoSuchThing]\n")
+    bad.write_text(base + "interceptors: [consumers.dev.examples:NoSuchThing]\n")
     with pytest.raises(SpecError, match=r"interceptors\[0\]"):
         load_spec(bad)
 
@@ -94,7 +94,7 @@ def test_an_object_without_hooks_is_not_an_interceptor(tmp_path: Path) -> None:
     spec = tmp_path / "hookless.yaml"
     spec.write_text(
         "name: w\nsource: {kind: kafka, bootstrap_servers: x, topics: [t]}\n"
-        "handler: consumers.examples:enrich\ninterceptors: [consumers.examples:enrich]\n"
+        "handler: consumers.dev.examples:enrich\ninterceptors: [consumers.dev.examples:enrich]\n"
     )
     with pytest.raises(SpecError, match=r"interceptors\[0\].*not an interceptor"):
         load_spec(spec)

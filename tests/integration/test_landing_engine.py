@@ -17,17 +17,17 @@ from confluent_kafka.admin import AdminClient
 
 from consumers.backends.kafka import committed_offsets, log_end_offsets
 from consumers.backends.pulsar import unacknowledged
-from consumers.embedded.pulsar import (
+from consumers.config.spec import WorkloadSpec
+from consumers.dev.embedded.pulsar import (
     PULSAR_TEST_CLIENT_KWARGS,
     PulsarLiteBroker,
     validate_pulsar_topic,
 )
-from consumers.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
-from consumers.landing_files import pack_pulsar_position
+from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
+from consumers.landing.files import pack_pulsar_position
 from consumers.outcomes import DeadLetter, Drop, Land
 from consumers.record import Record
-from consumers.run import build_app
-from consumers.spec import WorkloadSpec
+from consumers.service.launch import build_app
 from tests.helpers import until, wait_until
 from tests.integration.processes import finish, source_yaml, start_consumer
 from tests.landing import DAY_MS, START_MS, landed, landing_count_safe, produce_days

@@ -8,13 +8,13 @@ import random
 
 import pytest
 
-from consumers.app import ConsumerApp, Workload
-from consumers.dead_letter_headers import decode_dead_letter
+from consumers.dead_letters.headers import decode_dead_letter
+from consumers.engine.resolution import DeadLetterPolicy, RetryPolicy
+from consumers.engine.runner import RunnerSettings
 from consumers.errors import DeadLetterRatioExceeded
 from consumers.outcomes import Drop, Forward, OutputRecord, Retry
 from consumers.record import Record
-from consumers.resolution import DeadLetterPolicy, RetryPolicy
-from consumers.runner import RunnerSettings
+from consumers.service.app import ConsumerApp, Workload
 from tests.backends import Backend, MemoryBackend, keyed_stream
 from tests.helpers import until
 

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from consumers.app import ConsumerApp
-from consumers.dead_letter_headers import decode_dead_letter
-from consumers.embedded.tansu import TansuBroker
-from consumers.processes import ProcessExecutor, ProcessExecutorError
-from consumers.resolution import DeadLetterPolicy, RetryPolicy
-from consumers.sample import produce_sample
+from consumers.dead_letters.headers import decode_dead_letter
+from consumers.dev.embedded.tansu import TansuBroker
+from consumers.dev.sample import produce_sample
+from consumers.engine.resolution import DeadLetterPolicy, RetryPolicy
+from consumers.execution.processes import ProcessExecutor, ProcessExecutorError
+from consumers.service.app import ConsumerApp
 from tests import executor_handlers as h
 from tests.backends import (
     Backend,
@@ -71,7 +71,7 @@ def worker_pids(parent: int) -> set[int]:
             continue
         fields = stat.rsplit(")", 1)[1].split()
         state, ppid = fields[0], int(fields[1])
-        if ppid == parent and state != "Z" and b"consumers.process_worker" in cmdline:
+        if ppid == parent and state != "Z" and b"consumers.execution.process_worker" in cmdline:
             pids.add(int(entry.name))
     return pids
 

@@ -16,8 +16,8 @@ import psutil
 import pulsar
 import pytest
 
-from consumers.embedded import pulsar as embedded_pulsar
-from consumers.embedded.pulsar import (
+from consumers.dev.embedded import pulsar as embedded_pulsar
+from consumers.dev.embedded.pulsar import (
     PULSAR_TEST_CLIENT_KWARGS,
     PULSAR_TEST_PRODUCER_KWARGS,
     PulsarLiteBroker,

@@ -16,21 +16,21 @@ import pulsar
 import pytest
 from confluent_kafka import TopicPartition
 
-from consumers.app import ConsumerApp, Workload
 from consumers.backends.pulsar import (
     PulsarConsumer,
     PulsarProducer,
     PulsarSettings,
     pulsar_consumer_factory,
 )
-from consumers.embedded.child import free_port
-from consumers.embedded.pulsar import PulsarLiteBroker, start_pulsar_lite
-from consumers.embedded.tansu import TansuBroker
+from consumers.dev.embedded.child import free_port
+from consumers.dev.embedded.pulsar import PulsarLiteBroker, start_pulsar_lite
+from consumers.dev.embedded.tansu import TansuBroker
+from consumers.dev.sample import produce_sample
+from consumers.engine.runner import RunnerSettings
+from consumers.engine.tracker import encode_done
 from consumers.errors import BrokerError
 from consumers.record import Record
-from consumers.runner import RunnerSettings
-from consumers.sample import produce_sample
-from consumers.tracker import encode_done
+from consumers.service.app import ConsumerApp, Workload
 from tests.backends import (
     PulsarBackend,
     TansuBackend,

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from consumers.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
-from consumers.permit_store import PermitStore, PoolStatus
-from consumers.sample import produce_sample
+from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
+from consumers.dev.sample import produce_sample
+from consumers.permits.store import PermitStore, PoolStatus
 from tests.helpers import wait_until
 from tests.integration.permit_recording import (
     Interval,

@@ -14,7 +14,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from consumers.embedded.tansu import TansuBroker
+from consumers.dev.embedded.tansu import TansuBroker
 from orchestration import demo_events as demo
 from tests.backends import TansuBackend
 from tests.helpers import wait_until

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.testing import assertSchemaEqual
 
-from consumers.landing_files import LandedRow, SourceIdentity, landed_path, write_landed
+from consumers.landing.files import LandedRow, SourceIdentity, landed_path, write_landed
 from orchestration import demo_events
 from orchestration.demo_events import DemoRecord, Stream, expected_per_day, generate
 from spark_jobs import (

@@ -16,16 +16,16 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
-from consumers.embedded import tansu
-from consumers.embedded.child import accepts_tcp
-from consumers.embedded.tansu import (
+from consumers.dev.embedded import tansu
+from consumers.dev.embedded.child import accepts_tcp
+from consumers.dev.embedded.tansu import (
     TEST_CLIENT_CONFIG,
     TansuBroker,
     create_topic,
     start_tansu,
 )
+from consumers.dev.sample import produce_sample
 from consumers.errors import BrokerError
-from consumers.sample import produce_sample
 from orchestration.cli import app
 from tests.conftest import TopicFactory
 from tests.helpers import free_port, wait_until

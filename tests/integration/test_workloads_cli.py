@@ -34,7 +34,7 @@ pytestmark = pytest.mark.integration
 SPEC = """\
 name: {name}
 source: {{kind: kafka, bootstrap_servers: 127.0.0.1:9092, topics: [{name}-in]}}
-handler: consumers.examples:enrich
+handler: consumers.dev.examples:enrich
 enabled: {enabled}
 """
 

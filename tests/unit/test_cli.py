@@ -104,7 +104,7 @@ def test_dead_letter_commands_refuse_a_pulsar_workload(tmp_path: Path) -> None:
     (tmp_path / "orders.yaml").write_text(
         "name: orders\n"
         "source: {kind: pulsar, service_url: 'pulsar://127.0.0.1:1', topics: [orders]}\n"
-        "handler: consumers.examples:enrich\n"
+        "handler: consumers.dev.examples:enrich\n"
         "dead_letter: {topic: orders.dlq}\n"
     )
     for command in ("list", "replay"):

@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from consumers.spec import WorkloadSpec
+from consumers.config.spec import WorkloadSpec
 
 pytestmark = pytest.mark.unit
 
 
 def spec(name: str, source: dict[str, Any], **extra: Any) -> WorkloadSpec:
     return WorkloadSpec.model_validate(
-        {"name": name, "source": source, "handler": "consumers.examples:enrich", **extra}
+        {"name": name, "source": source, "handler": "consumers.dev.examples:enrich", **extra}
     )
 
 
@@ -85,7 +85,11 @@ def test_a_bad_spec_leaves_the_other_workloads_loaded(tmp_path: Path) -> None:
     from orchestration.definitions import build_definitions
 
     (tmp_path / "bad.yaml").write_text("name: ../x\n")
-    good = {"name": "good", "source": kafka("good.events"), "handler": "consumers.examples:enrich"}
+    good = {
+        "name": "good",
+        "source": kafka("good.events"),
+        "handler": "consumers.dev.examples:enrich",
+    }
     (tmp_path / "good.yaml").write_text(yaml.safe_dump(good))
     defs = build_definitions(tmp_path)
     Definitions.validate_loadable(defs)

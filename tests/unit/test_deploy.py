@@ -81,7 +81,7 @@ def test_workspace_points_at_the_code_server_compose_runs() -> None:
 
 
 def test_platform_config_shares_the_default_pool_through_postgres() -> None:
-    from consumers.platform_config import load_platform_config
+    from consumers.config.platform import load_platform_config
 
     config = load_platform_config(DEPLOY / "lanehouse.yaml", env=POSTGRES_ENV)
     assert config.permits.url == ("postgresql+psycopg2://lanehouse:hunter2@postgres:5432/lanehouse")

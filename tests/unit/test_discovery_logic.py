@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from dagster import DagsterRunStatus
 
-from consumers.spec import WorkloadSpec, spec_hash
+from consumers.config.spec import WorkloadSpec, spec_hash
 from orchestration.discovery_logic import Decision, decide, tracked_run_ids
 from orchestration.discovery_state import (
     CRASH_LOOP_TAG,
@@ -40,7 +40,7 @@ def workload(name: str, **fields: Any) -> RegisteredWorkload:
         {
             "name": name,
             "source": {"kind": "kafka", "bootstrap_servers": "k:9092", "topics": [f"{name}-in"]},
-            "handler": "consumers.examples:enrich",
+            "handler": "consumers.dev.examples:enrich",
             **fields,
         }
     )

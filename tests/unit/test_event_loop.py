@@ -7,7 +7,7 @@ import gc
 
 import pytest
 
-from consumers import event_loop
+from consumers.engine import event_loop
 
 
 async def _loop_type() -> str:

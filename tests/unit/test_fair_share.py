@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumers.fair_share import fair_shares
+from consumers.permits.fair_share import fair_shares
 
 pytestmark = pytest.mark.unit
 

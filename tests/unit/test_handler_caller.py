@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from consumers.calls import HandlerCaller
 from consumers.clock import RealClock
-from consumers.inline import LIMIT, PROVE_CALLS
+from consumers.engine.workers import Worker, WorkloadCounters
+from consumers.execution.caller import HandlerCaller
+from consumers.execution.inline import LIMIT, PROVE_CALLS
 from consumers.record import Record
-from consumers.workers import Worker, WorkloadCounters
 
 pytestmark = pytest.mark.unit
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from consumers.clock import ManualClock
-from consumers.inline import FAST, LIMIT, MAX_PROBATION, PROBATION, PROVE_CALLS, InlineGate
+from consumers.execution.inline import (
+    FAST,
+    LIMIT,
+    MAX_PROBATION,
+    PROBATION,
+    PROVE_CALLS,
+    InlineGate,
+)
 
 pytestmark = pytest.mark.unit
 

@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from consumers.clock import ManualClock
-from consumers.landing import LandingSettings, LandingSink
-from consumers.landing_files import LandedRow, SourceIdentity, clear_from, landed_path
+from consumers.landing.files import LandedRow, SourceIdentity, clear_from, landed_path
+from consumers.landing.sink import LandingSettings, LandingSink
 from tests.helpers import until
 
 pytestmark = pytest.mark.unit

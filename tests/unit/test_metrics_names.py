@@ -6,8 +6,8 @@ from dataclasses import fields
 
 import pytest
 
-from consumers.metrics import COUNTERS
-from consumers.workers import WorkloadCounters
+from consumers.engine.workers import WorkloadCounters
+from consumers.service.metrics import COUNTERS
 
 pytestmark = pytest.mark.unit
 

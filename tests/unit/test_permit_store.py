@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from consumers.permit_store import LeaseReport, PermitStore, PermitStoreError
+from consumers.permits.store import LeaseReport, PermitStore, PermitStoreError
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from consumers.permits import LocalPermitPool, PermitClient
+from consumers.permits.pool import LocalPermitPool, PermitClient
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from consumers.permit_store import LeaseReport, PermitStore
+from consumers.permits.store import LeaseReport, PermitStore
 from orchestration.cli import app
 
 pytestmark = pytest.mark.unit

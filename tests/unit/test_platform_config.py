@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from consumers.config.platform import PlatformConfig, load_platform_config
 from consumers.errors import LanehouseError, SpecError
-from consumers.permits import LocalPermitPool
-from consumers.platform_config import PlatformConfig, load_platform_config
-from consumers.run import pool_factory
-from consumers.shared_permits import SharedPermitPool
+from consumers.permits.pool import LocalPermitPool
+from consumers.permits.shared import SharedPermitPool
+from consumers.service.launch import pool_factory
 
 pytestmark = pytest.mark.unit
 

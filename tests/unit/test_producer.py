@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from consumers.producer import AckedProducer
+from consumers.engine.producer import AckedProducer
 from tests.helpers import until
 
 pytestmark = pytest.mark.unit

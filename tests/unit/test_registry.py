@@ -23,7 +23,7 @@ concurrency: {concurrency}
 
 def write(directory: Path, file: str, name: str, concurrency: int = 10, **kw: str) -> Path:
     path = directory / file
-    handler = kw.get("handler", "consumers.examples:enrich")
+    handler = kw.get("handler", "consumers.dev.examples:enrich")
     path.write_text(SPEC.format(name=name, concurrency=concurrency, handler=handler))
     return path
 

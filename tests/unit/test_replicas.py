@@ -178,7 +178,7 @@ def kafka_spec(path: Path, name: str = "orders") -> Path:
     path.write_text(
         f"name: {name}\n"
         "source: {kind: kafka, bootstrap_servers: '127.0.0.1:1', topics: [orders], group: g}\n"
-        "handler: consumers.examples:enrich\n"
+        "handler: consumers.dev.examples:enrich\n"
     )
     return path
 
@@ -243,7 +243,7 @@ def test_bad_replica_options_are_usage_errors(
 def test_a_bad_spec_exits_2_before_any_replica_starts(
     tmp_path: Path, started: list[Sequence[Sequence[str]]]
 ) -> None:
-    (tmp_path / "bad.yaml").write_text("name: bad\nhandler: consumers.examples:enrich\n")
+    (tmp_path / "bad.yaml").write_text("name: bad\nhandler: consumers.dev.examples:enrich\n")
     result = CliRunner().invoke(app, ["consume", str(tmp_path), "--replicas", "2"], env=WIDE)
     assert result.exit_code == 2, result.output
     assert "bad.yaml" in result.output
@@ -271,7 +271,7 @@ def test_pulsar_subscriptions_that_cannot_scale_out_are_refused(
         "name: p\n"
         "source: {kind: pulsar, service_url: 'pulsar://127.0.0.1:1', topics: [p], "
         f"subscription: s, subscription_type: {subscription}}}\n"
-        f"handler: consumers.examples:enrich\nordering: {ordering}\n"
+        f"handler: consumers.dev.examples:enrich\nordering: {ordering}\n"
     )
     result = CliRunner().invoke(app, ["consume", str(tmp_path), "--replicas", "2"], env=WIDE)
     if refused is None:

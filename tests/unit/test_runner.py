@@ -15,14 +15,14 @@ import pytest
 import pytest_asyncio
 
 from consumers.clock import ManualClock
-from consumers.commits import CommitOffset, PartitionKey
+from consumers.engine.commits import CommitOffset, PartitionKey
+from consumers.engine.partition import PartitionState
+from consumers.engine.resolution import RetryPolicy
+from consumers.engine.runner import RunnerSettings, WorkloadRunner
+from consumers.engine.tracker import decode_done, encode_done
 from consumers.errors import LanehouseError
-from consumers.partition import PartitionState
-from consumers.permits import LocalPermitPool
+from consumers.permits.pool import LocalPermitPool
 from consumers.record import Record
-from consumers.resolution import RetryPolicy
-from consumers.runner import RunnerSettings, WorkloadRunner
-from consumers.tracker import decode_done, encode_done
 from tests.helpers import until
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(10)]

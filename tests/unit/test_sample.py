@@ -9,8 +9,8 @@ from itertools import islice
 
 import pytest
 
-from consumers.names import validate_topic_name
-from consumers.sample import (
+from consumers.config.names import validate_topic_name
+from consumers.dev.sample import (
     TokenBucket,
     _key_order,
     _sample_chunks,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from consumers.permit_store import LeaseReport, PermitStore, PermitStoreError, Renewal
-from consumers.permits import PermitClient
-from consumers.shared_permits import SharedPermitPool
+from consumers.permits.pool import PermitClient
+from consumers.permits.shared import SharedPermitPool
+from consumers.permits.store import LeaseReport, PermitStore, PermitStoreError, Renewal
 from tests.helpers import until
 
 pytestmark = pytest.mark.unit

@@ -13,9 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import SecretStr, ValidationError
 
-from consumers.config_utils import interpolate, parse_duration, read_yaml_mapping
+from consumers.config.loading import interpolate, parse_duration, read_yaml_mapping
+from consumers.config.spec import WorkloadSpec, load_spec, load_specs, resolve_handler, spec_hash
 from consumers.errors import SpecError
-from consumers.spec import WorkloadSpec, load_spec, load_specs, resolve_handler, spec_hash
 from tests import handlers
 
 pytestmark = pytest.mark.unit
@@ -124,7 +124,7 @@ def test_example_workload_is_valid() -> None:
     spec = load_spec(root / "workloads" / "clickstream.yaml", env={}, import_handler=False)
     assert (spec.name, spec.ordering, spec.concurrency) == ("clickstream", "key", 300)
     assert spec.source.topics == ("clickstream.events",)
-    assert spec.handler == "consumers.examples:land_in_key_order"
+    assert spec.handler == "consumers.dev.examples:land_in_key_order"
     assert spec.landing is not None and spec.landing.dataset == "clickstream"
 
 
@@ -578,7 +578,7 @@ def test_landing_defaults_and_an_optional_handler(tmp_path: Path) -> None:
     assert spec.landing is not None and spec.handler is None
     assert (spec.landing.flush_rows, spec.landing.flush_interval) == (50_000, 60.0)
     assert spec.landing.partition_by == "event_date"
-    from consumers.landing import land_as_is
+    from consumers.landing.sink import land_as_is
 
     assert resolve_handler(spec) is land_as_is
 

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
+from consumers.engine.tap import Tap
 from consumers.record import Record
-from consumers.tap import Tap
 
 pytestmark = pytest.mark.unit
 

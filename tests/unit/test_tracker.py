@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumers.record import Record
-from consumers.tracker import (
+from consumers.engine.tracker import (
     METADATA_MAX_BYTES,
     METADATA_PREFIX,
     OffsetTracker,
     decode_done,
     encode_done,
 )
+from consumers.record import Record
 
 pytestmark = pytest.mark.unit
 

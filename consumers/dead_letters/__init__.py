@@ -1,0 +1,1 @@
+"""dead_letters"""

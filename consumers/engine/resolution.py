@@ -1,0 +1,391 @@
+"""What happens after a handler call: retries that keep order, dead letters, ordered outputs.
+
+    resolve(record, outcome, error)
+      done               → done(record, [])       (lands the record, with landing)
+      Land(value)        → done(record, [])       lands ``value`` instead
+      Drop               → done(record, [])       never lands
+      Forward(records)   → done(record, outputs)          (needs an output topic)
+      raised / timed out / Retry
+          attempts left  → retry after backoff; the record's lane stays held, so later records
+                           of its key wait behind it while every other key keeps flowing
+          no attempts    → dead letter, or *parked* when there is no dead-letter topic
+      DeadLetter         → dead letter now
+
+    done(record, outputs): with landing, the record (or the value a ``Land`` outcome gave)
+    is buffered for a landed file and completes once that file is renamed into place; with an
+    output topic, records of a partition leave in source order
+    (a sequencer holds later records until earlier ones are resolved); a record completes (may
+    be committed) only when every output and its dead letter, if any, are acknowledged.
+
+A dead-letter write that fails is retried forever: the record is never completed without it.
+An output write that fails stops the workload: retrying it would break the output order; so
+does a landed file the writer refuses (the sink itself retries I/O errors).
+The safety valve stops the workload before the dead-letter ratio over the last ``window``
+resolved records exceeds ``max_ratio``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from consumers.clock import Clock
+from consumers.dead_letters.headers import encode_dead_letter_headers
+from consumers.engine.producer import AckedProducer
+from consumers.engine.workers import WorkloadCounters
+from consumers.errors import BrokerError, DeadLetterRatioExceeded, HandlerError, LandingError
+from consumers.landing.files import LandedRow, SourceIdentity
+from consumers.landing.sink import LandingSink
+from consumers.outcomes import DeadLetter, Drop, Forward, Land, Outcome, OutputRecord, Retry
+from consumers.record import Record
+
+if TYPE_CHECKING:
+    from consumers.engine.lanes import Lane
+    from consumers.engine.partition import PartitionState
+
+log = logging.getLogger("lanehouse.outcomes")
+
+
+#: The lake position of (topic, partition, engine offset), for sources whose offsets are not
+#: stable across sessions (Pulsar's message ids).
+Position = Callable[[str, int, int], int]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 3
+    backoff: float = 0.2
+    max_backoff: float = 60.0
+    jitter: bool = True
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        """Exponential backoff after ``attempt`` failed attempts; jitter keeps half of it fixed
+        and randomizes the other half, so retries of many keys do not arrive in lockstep."""
+        base: float = min(self.max_backoff, self.backoff * 2.0 ** (attempt - 1))
+        return base / 2 + rng.random() * base / 2 if self.jitter else base
+
+
+@dataclass(frozen=True)
+class DeadLetterPolicy:
+    topic: str
+    max_ratio: float = 0.2
+    window: int = 1000
+
+
+@dataclass
+class _Failure:
+    first_ms: int
+    last_ms: int
+    error: HandlerError | None
+
+
+class Resolver:
+    """Turns outcomes into completions for one workload; see the module docstring."""
+
+    def __init__(
+        self,
+        name: str,
+        retry: RetryPolicy,
+        dead_letter: DeadLetterPolicy | None,
+        output_topic: str | None,
+        producer: AckedProducer | None,
+        clock: Clock,
+        counters: WorkloadCounters,
+        complete: Callable[[Record], None],
+        requeue: Callable[[Lane, Record], None],
+        fail: Callable[[BaseException], None],
+        landing: LandingSink | None = None,
+        identity: Callable[[str], SourceIdentity] | None = None,
+        position: Position | None = None,
+    ) -> None:
+        if (dead_letter or output_topic) and producer is None:
+            raise ValueError(f"workload {name!r}: outputs and dead letters need a producer")
+        if landing is not None and (identity is None or output_topic is not None):
+            raise ValueError(f"workload {name!r}: landing needs source identities, no outputs")
+        self.name = name
+        self.retry = retry
+        self.dead_letter = dead_letter
+        self.output_topic = output_topic
+        self.sequenced = output_topic is not None
+        #: A plain success completes at once: no outputs to order, no dead-letter window.
+        self.immediate = not self.sequenced and dead_letter is None and landing is None
+        self._landing = landing
+        self._identity = identity
+        self._position = position
+        self._producer = producer
+        self._clock = clock
+        self._counters = counters
+        self._complete = complete
+        self._requeue = requeue
+        self._fail = fail
+        self._rng = random.Random()
+        self._failures: dict[Record, _Failure] = {}
+        self._window: deque[bool] = deque(maxlen=dead_letter.window if dead_letter else 1)
+        self._window_dead = 0
+        self._timers: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ outcomes
+
+    def resolve(
+        self, lane: Lane, rec: Record, outcome: Outcome, error: HandlerError | None
+    ) -> bool:
+        """Act on one handler result; True when the record's lane must stay held."""
+        retry_after: float | None = None
+        if error is None:
+            if outcome is None:
+                self.done(rec, ())
+                return False
+            kind = type(outcome)
+            if kind is Forward:
+                if self.sequenced:
+                    self.done(rec, outcome.records)  # type: ignore[union-attr]
+                    return False
+                error = self._misuse(rec, "returned Forward but the workload has no output topic")
+            elif kind is Drop:
+                self._counters.dropped_by_handler += 1
+                self.done(rec, (), land=False)
+                return False
+            elif kind is DeadLetter:
+                return self._to_dead_letter(rec, "DeadLetter", outcome.reason)  # type: ignore[union-attr]
+            elif kind is Land:
+                if self._landing is not None:
+                    self.done(rec, (), landed_value=outcome.value)  # type: ignore[union-attr]
+                    return False
+                error = self._misuse(rec, "returned Land but the workload has no landing")
+            elif kind is Retry:
+                retry_after = outcome.after  # type: ignore[union-attr]
+            else:
+                error = self._misuse(rec, f"returned {kind.__name__}, which is not an outcome")
+        rec._attempts += 1
+        if self.dead_letter is not None:  # only a dead letter's headers read the history
+            now_ms = int(time.time() * 1000)
+            failure = self._failures.get(rec)
+            if failure is None:
+                self._failures[rec] = _Failure(now_ms, now_ms, error)
+            else:
+                failure.last_ms, failure.error = now_ms, error
+        if rec._attempts < self.retry.max_attempts:
+            self._counters.retries += 1
+            delay = (
+                retry_after
+                if retry_after is not None
+                else self.retry.delay(rec._attempts, self._rng)
+            )
+            self._later(delay, self._requeue, lane, rec)
+            return True
+        if self.dead_letter is not None:
+            reason = str(error.reason) if error else "retry requested after the last attempt"
+            kind_name = type(error.__cause__ or error).__name__ if error else "Retry"
+            return self._to_dead_letter(rec, kind_name, reason)
+        self._counters.parked += 1
+        log.error(
+            "workload %s: %s[%d]@%d key=%r failed %d attempts and there is no dead-letter topic: "
+            "it stays uncommitted and its key is held until a restart",
+            self.name,
+            rec.topic,
+            rec.partition,
+            rec.offset,
+            rec.key,
+            rec._attempts,
+        )
+        return True
+
+    def done(
+        self,
+        rec: Record,
+        outputs: Iterable[OutputRecord],
+        *,
+        land: bool = True,
+        landed_value: bytes | None = None,
+    ) -> None:
+        """The record's handling is over; complete it once its outputs are acknowledged or
+        its landed file is durable. ``land=False``: nothing to land (dropped, superseded, or
+        completed by a previous owner)."""
+        if rec._attempts:
+            self._failures.pop(rec, None)
+        if self.dead_letter is not None:
+            self._count_window(False)
+        if self._landing is not None and land:
+            self._land(rec, rec.value if landed_value is None else landed_value)
+            return
+        if not self.sequenced:
+            self._complete(rec)
+            return
+        rec._outputs = list(outputs)
+        self._emit(rec._part)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ landing
+
+    def _land(self, rec: Record, value: bytes | None) -> None:
+        assert self._landing is not None and self._identity is not None
+        timestamp = rec.timestamp if rec.timestamp >= 0 else int(time.time() * 1000)
+        offset = rec.offset
+        if self._position is not None:
+            try:
+                offset = self._position(rec.topic, rec.partition, rec.offset)
+            except (ValueError, KeyError) as exc:
+                self._fail(LandingError(f"workload {self.name}: no lake position: {exc}"))
+                return
+        row = LandedRow(rec.partition, offset, rec.key, value, timestamp)
+        rec._pending += 1
+
+        def on_landed(error: str | None) -> None:
+            if error is None:
+                self._acked(rec)
+            else:
+                self._fail(
+                    LandingError(
+                        f"workload {self.name}: {error}; stopping (the record "
+                        f"{rec.topic}[{rec.partition}]@{rec.offset} is not committed)"
+                    )
+                )
+
+        self._landing.add(self._identity(rec.topic), row, on_landed)
+
+    # ------------------------------------------------------------------ dead letters
+
+    def _to_dead_letter(self, rec: Record, error_type: str, message: str) -> bool:
+        policy = self.dead_letter
+        if policy is None:
+            self._fail(
+                self._misuse(rec, "returned DeadLetter but the workload has no dead-letter topic")
+            )
+            return True
+        if self._window_dead + 1 > policy.max_ratio * policy.window:
+            self._fail(
+                DeadLetterRatioExceeded(
+                    f"workload {self.name}: more than {policy.max_ratio:.0%} of the last "
+                    f"{policy.window} records would go to {policy.topic}; stopping instead of "
+                    f"dead-lettering everything (last: {rec.topic}[{rec.partition}]@{rec.offset}: "
+                    f"{error_type}: {message})"
+                )
+            )
+            return True
+        self._count_window(True)
+        now_ms = int(time.time() * 1000)
+        failure = self._failures.pop(rec, None) or _Failure(now_ms, now_ms, None)
+        headers = encode_dead_letter_headers(
+            rec.headers,
+            workload=self.name,
+            source_topic=rec.topic,
+            source_partition=rec.partition,
+            source_offset=rec.offset,
+            attempts=max(rec._attempts, 1),
+            error_type=error_type,
+            error_message=message,
+            first_failure_ms=failure.first_ms,
+            last_failure_ms=failure.last_ms,
+        )
+        rec._pending += 1
+        self._counters.dead_lettered += 1
+        self._send_dead_letter(rec, headers)
+        if self.sequenced:
+            rec._outputs = []
+            self._emit(rec._part)  # type: ignore[arg-type]
+        return False
+
+    def _send_dead_letter(self, rec: Record, headers: list[tuple[str, bytes]]) -> None:
+        assert self._producer is not None and self.dead_letter is not None
+        topic = self.dead_letter.topic
+
+        def on_done(error: str | None) -> None:
+            if error is None:
+                self._acked(rec)
+                return
+            self._counters.dead_letter_write_failures += 1
+            log.warning(
+                "workload %s: dead-letter write of %s[%d]@%d to %s failed (%s); retrying",
+                self.name,
+                rec.topic,
+                rec.partition,
+                rec.offset,
+                topic,
+                error,
+            )
+            self._later(self.retry.delay(2, self._rng), self._send_dead_letter, rec, headers)
+
+        self._producer.send(topic, rec.key, rec.value, headers, on_done)
+
+    def _count_window(self, dead: bool) -> None:
+        window = self._window
+        if len(window) == window.maxlen and window[0]:
+            self._window_dead -= 1
+        window.append(dead)
+        self._window_dead += dead
+
+    # ------------------------------------------------------------------ ordered outputs
+
+    def _emit(self, part: PartitionState) -> None:
+        """Produce outputs of resolved records at the head of the partition, in order."""
+        emit = part.emit
+        producer = self._producer
+        topic = self.output_topic
+        assert producer is not None and topic is not None
+        while emit and emit[0]._outputs is not None:
+            rec = emit.popleft()
+            rec._emitted = True
+            for out in rec._outputs:  # type: ignore[union-attr]
+                rec._pending += 1
+                key = rec.key if out.key is None else out.key
+                producer.send(topic, key, out.value, out.headers, self._output_ack(rec))
+                self._counters.forwarded += 1
+            if rec._pending == 0:
+                self._complete(rec)
+
+    def _output_ack(self, rec: Record) -> Callable[[str | None], None]:
+        def on_done(error: str | None) -> None:
+            if error is None:
+                self._acked(rec)
+            else:
+                self._fail(
+                    BrokerError(
+                        f"workload {self.name}: output write for {rec.topic}[{rec.partition}]@"
+                        f"{rec.offset} to {self.output_topic} failed ({error}); stopping so the "
+                        "output order is never broken (the record is not committed)"
+                    )
+                )
+
+        return on_done
+
+    def _acked(self, rec: Record) -> None:
+        rec._pending -= 1
+        if rec._pending == 0 and (rec._emitted or not self.sequenced):
+            self._complete(rec)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _misuse(self, rec: Record, reason: str) -> HandlerError:
+        """A handler result the engine cannot act on: a failed attempt, counted and logged."""
+        error = HandlerError(self.name, rec.topic, rec.partition, rec.offset, rec.key, reason)
+        self._counters.failed += 1
+        log.warning("%s (attempt %d)", error, rec._attempts + 1)
+        return error
+
+    def _later(self, delay: float, callback: Callable[..., None], *args: object) -> None:
+        async def fire() -> None:
+            await self._clock.sleep(delay)
+            callback(*args)
+
+        task = asyncio.ensure_future(fire())
+        self._timers.add(task)
+        task.add_done_callback(self._timers.discard)
+
+    @property
+    def waiting(self) -> bool:
+        """A retry or a dead-letter rewrite is scheduled."""
+        return bool(self._timers)
+
+    def forget(self, recs: Iterable[Record]) -> None:
+        """Drop failure bookkeeping for records of a revoked partition."""
+        for rec in recs:
+            self._failures.pop(rec, None)
+
+    def close(self) -> None:
+        for task in list(self._timers):
+            task.cancel()

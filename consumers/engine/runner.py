@@ -1,0 +1,732 @@
+"""The workload runner: records in, lanes, permits, handler calls, completions, commit positions.
+
+Lifecycle (all on the event-loop thread):
+
+    assign(parts) → ingest(messages)* → [revoke(keys)]* → drain() → final positions
+
+``ingest`` files each record into its partition's commit tracker and its lane. Lanes with work
+wait in one ready queue; *workers* (tasks that each hold one permit) pop a lane, run its head
+record and put the lane back if more records wait. A worker keeps its permit while there is work
+unless the pool says the permit is owed to a workload further below its fair share, so tasks are
+not created per record. The runner never talks to the broker: it asks its :class:`SourceControl`
+to commit, pause and resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from consumers.clock import Clock
+from consumers.engine.batching import Batch, latest_per_key, queued_records, take_batch
+from consumers.engine.commits import CommitOffset, CommitPlanner, PartitionKey
+from consumers.engine.lanes import Lane, Ordering, lane_router
+from consumers.engine.partition import PartitionState
+from consumers.engine.producer import AckedProducer
+from consumers.engine.resolution import DeadLetterPolicy, Position, Resolver, RetryPolicy
+from consumers.engine.tap import Tap
+from consumers.engine.workers import Worker, WorkloadCounters, first_of, wait_for
+from consumers.execution.caller import HandlerCaller
+from consumers.execution.executors import MAX_HANDOFF_BYTES, Executor, Handler
+from consumers.execution.interceptors import Interceptor
+from consumers.landing.files import SourceIdentity, clear_from
+from consumers.landing.sink import LandingSettings, LandingSink
+from consumers.outcomes import outcome_name
+from consumers.permits.pool import PermitPool
+from consumers.record import MessageLike, Record
+
+log = logging.getLogger("lanehouse.engine")
+
+#: How long a worker runs records without suspending (handlers that never await, inline sync
+#: handlers) before it lets the loop take its turn: intake, timers, results from threads.
+TURN = 0.002
+
+
+class SourceControl(Protocol):
+    """What a runner asks of the thread that owns the client."""
+
+    def commit(self, offsets: list[CommitOffset], asynchronous: bool) -> None: ...
+    def pause(self, parts: list[PartitionKey]) -> None: ...
+    def resume(self, parts: list[PartitionKey]) -> None: ...
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    name: str
+    ordering: Ordering = "key"
+    virtual_partitions: int = 0
+    concurrency: int = 100
+    weight: float = 1.0
+    timeout: float = 30.0
+    #: Records per partition before it pauses; None: :func:`default_max_buffered`.
+    max_buffered: int | None = None
+    commit_interval: float = 1.0
+    commit_every: int = 10_000
+    drain_timeout: float = 30.0
+    mode: Literal["single", "batch", "unique"] = "single"
+    batch_size: int = 500
+    batch_max_wait: float = 2.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    dead_letter: DeadLetterPolicy | None = None
+    output_topic: str | None = None
+    landing: LandingSettings | None = None
+    executor: Executor = "auto"
+    #: Worker processes for ``executor: process`` (0: one per CPU).
+    processes: int = 0
+    max_handoff_bytes: int = MAX_HANDOFF_BYTES
+
+    @property
+    def buffer_limit(self) -> int:
+        if self.max_buffered is not None:
+            return self.max_buffered
+        return default_max_buffered(self.concurrency)
+
+
+def default_max_buffered(concurrency: int) -> int:
+    """A partition's buffer by default: 10,000 records, or 40 per permit above 250.
+
+    A pause makes the client drop its prefetched records, and the first batch after the resume
+    arrives 0.2-0.7 s later; the records left in the buffer (half of it) must cover that gap at
+    the workload's full rate, which grows with its concurrency (docs/benchmarks.md)."""
+    return max(10_000, 40 * concurrency)
+
+
+#: The identity of each topic's current incarnation (looked up at every assignment).
+Identify = Callable[[list[str]], dict[str, SourceIdentity]]
+
+
+class WorkloadRunner:
+    """Runs one workload's records through lanes and permits; see the module docstring."""
+
+    def __init__(
+        self,
+        settings: RunnerSettings,
+        handler: Handler,
+        pool: PermitPool,
+        control: SourceControl,
+        clock: Clock,
+        producer: AckedProducer | None = None,
+        tap: Tap | None = None,
+        interceptors: Sequence[Interceptor] = (),
+        identify: Identify | None = None,
+        position: Position | None = None,
+    ) -> None:
+        self.settings = settings
+        self.counters = WorkloadCounters()
+        self.parts: dict[PartitionKey, PartitionState] = {}
+        self._caller = HandlerCaller(
+            settings.name,
+            handler,
+            settings.concurrency,
+            settings.timeout,
+            tuple(interceptors),
+            self.counters,
+            clock,
+            settings.executor,
+            settings.processes,
+            settings.max_handoff_bytes,
+        )
+        self._pool = pool
+        self._permits = pool.register(
+            settings.name,
+            settings.weight,
+            settings.concurrency,
+            self._on_grant,
+            pending=lambda: self._runnable() - self._starting,
+        )
+        self._control = control
+        self._clock = clock
+        self._buffer_limit = settings.buffer_limit
+        self._route = lane_router(settings.ordering, settings.virtual_partitions)
+        self._ordered = settings.ordering != "none"
+        self._ready: deque[Lane] = deque()
+        self._workers: set[Worker] = set()
+        #: Workers spawned that have not picked their first lane yet.
+        self._starting = 0
+        self._intake_open = True
+        self._stopping = False
+        self._progress = asyncio.Event()
+        self._commit_now = asyncio.Event()
+        self._commits = CommitPlanner(settings.commit_every)
+        self._tasks: list[asyncio.Task[None]] = []
+        self.last_ingest = clock.now()
+        self._producer = producer
+        self._tap = tap
+        #: Set when the workload must stop (safety valve, output write failure).
+        self.failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.landing: LandingSink | None = None
+        self._identify = identify
+        self._identities: dict[str, SourceIdentity] = {}
+        if settings.landing is not None:
+            if identify is None:
+                raise ValueError(f"workload {settings.name!r}: landing needs source identities")
+            self.landing = LandingSink(settings.landing, clock)
+        self._resolver = Resolver(
+            settings.name,
+            settings.retry,
+            settings.dead_letter,
+            settings.output_topic,
+            producer,
+            clock,
+            self.counters,
+            complete=self._complete,
+            requeue=self._requeue,
+            fail=self._fail_workload,
+            landing=self.landing,
+            identity=self._identity,
+            position=position,
+        )
+        self._sequenced = self._resolver.sequenced
+        self._batched = settings.mode != "single"
+        #: Set when records arrive, for batch workers gathering a batch.
+        self._arrivals = asyncio.Event()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Start the commit timer and the timeout watchdog on the running loop."""
+        self._tasks.append(asyncio.ensure_future(self._commit_timer()))
+        self._tasks.append(asyncio.ensure_future(self._watchdog()))
+
+    def prepare_assignment(self, parts: Sequence[PartitionState]) -> None:
+        """Before the first record of ``parts`` is read (on the source's thread: it blocks).
+
+        Landing: look up the topics' current incarnation, and remove the landed files that the
+        records from each committed position on will be landed into again (keeping those a
+        previous owner completed; see :func:`consumers.landing.files.clear_from`).
+        """
+        settings = self.settings.landing
+        if settings is None or self._identify is None or not parts:
+            return
+        self._identities.update(self._identify(sorted({p.topic for p in parts})))
+        for part in parts:
+            if part.committed is None:
+                continue  # nothing committed: a replay rewrites the same names (Spark dedups)
+            removed = clear_from(
+                settings.lake,
+                settings.dataset,
+                self._identity(part.topic),
+                part.partition,
+                part.committed,
+                keep=part.skip,
+            )
+            if removed:
+                log.info(
+                    "workload %s: %s[%d] restarts at %d: removed %d landed files to land again",
+                    self.settings.name,
+                    part.topic,
+                    part.partition,
+                    part.committed,
+                    removed,
+                )
+
+    def _identity(self, topic: str) -> SourceIdentity:
+        identity = self._identities.get(topic)
+        if identity is None:
+            assert self._identify is not None
+            identity = self._identities[topic] = self._identify([topic])[topic]
+        return identity
+
+    def assign(self, parts: Iterable[PartitionState]) -> None:
+        self.last_ingest = self._clock.now()  # idleness counts from the assignment
+        for part in parts:
+            self.parts[(part.topic, part.partition)] = part
+
+    async def revoke(self, keys: Sequence[PartitionKey]) -> list[CommitOffset]:
+        """Stop intake of ``keys``, drain their in-flight records, return what to commit.
+
+        Queued records that never started are dropped (the next owner reads them again);
+        completions arriving after this returns are ignored.
+        """
+        parts = [self.parts[k] for k in keys if k in self.parts]
+        for part in parts:
+            part.closing = True
+            part.lanes.clear()
+        producer = self._producer
+        drained = await wait_for(
+            self._clock,
+            self._progress,
+            # Outputs, dead letters and rows not yet landed would be redone by the next owner.
+            lambda: (
+                all(p.in_flight == 0 for p in parts)
+                and (producer is None or producer.in_flight == 0)
+                and self._landed(parts)
+            ),
+            self.settings.drain_timeout,
+        )
+        if not drained:
+            stuck = sum(p.in_flight for p in parts)
+            log.warning(
+                "workload %s: %d records still running after %.1fs drain on revoke; their "
+                "partitions are committed below them and the late results dropped",
+                self.settings.name,
+                stuck,
+                self.settings.drain_timeout,
+            )
+        offsets = self._commits.plan(parts, only_changed=False)
+        for part in parts:
+            part.revoked = True
+            dropped = part.tracker.drop_all()
+            self._resolver.forget(dropped)
+            part.emit.clear()
+            self.counters.dropped_on_revoke += len(dropped)
+            del self.parts[(part.topic, part.partition)]
+            self._commits.forget((part.topic, part.partition))
+        return offsets
+
+    async def drain(self) -> list[CommitOffset]:
+        """Stop intake and new work, wait for in-flight records, return final positions."""
+        self._intake_open = False
+        self._stopping = True
+        self._arrivals.set()  # wake batch workers that are gathering, so they leave now
+        drained = await wait_for(
+            self._clock, self._progress, lambda: not self._workers, self.settings.drain_timeout
+        )
+        producer = self._producer
+        if drained and producer is not None:
+            drained = await wait_for(
+                self._clock,
+                self._progress,
+                lambda: producer.in_flight == 0,
+                self.settings.drain_timeout,
+            )
+        if drained and self.landing is not None:
+            drained = await wait_for(
+                self._clock,
+                self._progress,
+                lambda: self._landed(self.parts.values()),
+                self.settings.drain_timeout,
+            )
+        if not drained:
+            log.warning(
+                "workload %s: %d records still running, unacknowledged or not landed after the "
+                "%.1fs drain deadline; committing below them",
+                self.settings.name,
+                len(self._workers) + (producer.in_flight if producer else 0) + self._unlanded(),
+                self.settings.drain_timeout,
+            )
+        for task in self._tasks:
+            task.cancel()
+        self._resolver.close()
+        if self.landing is not None:
+            self.landing.abort()
+        return self._commits.plan(list(self.parts.values()), only_changed=False)
+
+    def close(self) -> None:
+        self._resolver.close()
+        if self.landing is not None:
+            self.landing.abort()
+        for worker in list(self._workers):
+            worker.task.cancel()
+        self._caller.close()
+        if not self._permits.held:
+            self._pool.unregister(self._permits)
+
+    # ------------------------------------------------------------------ intake
+
+    def ingest(self, messages: list[MessageLike]) -> None:
+        """File a batch of client messages into trackers and lanes (the hot path)."""
+        if not self._intake_open:
+            return
+        now = self._clock.now()
+        self.last_ingest = now
+        parts = self.parts
+        route = self._route
+        ordered = self._ordered
+        ready = self._ready
+        counters = self.counters
+        part: PartitionState | None = None
+        tracker = None
+        sequenced = self._sequenced
+        consumed = 0
+        for msg in messages:
+            if msg.error() is not None:
+                counters.client_errors += 1
+                log.warning("workload %s: client error: %s", self.settings.name, msg.error())
+                continue
+            topic = msg.topic()
+            partition = msg.partition()
+            if part is None or part.partition != partition or part.topic != topic:
+                if part is not None:
+                    self._pause_if_full(part)  # once per run of a partition, not per record
+                part = parts.get((topic, partition))  # type: ignore[arg-type]
+                tracker = part.tracker if part is not None else None
+            if part is None or part.closing:
+                counters.dropped_unassigned += 1
+                continue
+            assert tracker is not None
+            offset: int = msg.offset()  # type: ignore[assignment]
+            last = tracker.last_delivered
+            if last is not None and offset <= last:
+                # The client went back (a seek or an offset reset): this record was delivered
+                # before and is already tracked, so a second copy could only double-count.
+                counters.redelivered += 1
+                continue
+            key = msg.key()
+            rec = Record(
+                part.topic,
+                part.partition,
+                offset,
+                key,
+                msg.value(),
+                msg.headers(),
+                msg.timestamp()[1],
+            )
+            rec._part = part
+            tracker.deliver(rec, now)
+            if sequenced:
+                part.emit.append(rec)
+            consumed += 1
+            if part.skip and offset in part.skip:
+                part.skip.discard(offset)
+                counters.skipped += 1
+                self._resolver.done(rec, (), land=False)  # a previous owner landed it
+                continue
+            lane_id = route(key)
+            lane = part.lanes.get(lane_id)
+            if lane is None:
+                lane = part.lanes[lane_id] = Lane(lane_id, part, ordered)
+            lane.queue.append(rec)
+            if not lane.ready and not lane.busy:
+                lane.ready = True
+                ready.append(lane)
+        counters.consumed += consumed
+        if part is not None:
+            self._pause_if_full(part)
+        if self._batched:
+            self._arrivals.set()
+        self._start_workers()
+
+    def _pause_if_full(self, part: PartitionState) -> None:
+        """Pause a partition whose tracker holds ``buffer_limit`` records (resumed at half)."""
+        if not part.paused and len(part.tracker) >= self._buffer_limit:
+            part.paused = True
+            self._control.pause([(part.topic, part.partition)])
+
+    # ------------------------------------------------------------------ workers
+
+    def _runnable(self) -> int:
+        """How many workers could start now (records, or batches in batch modes)."""
+        if self._batched:
+            return -(-queued_records(self._ready) // self.settings.batch_size)
+        if self._ordered:
+            return len(self._ready)
+        return queued_records(self._ready)
+
+    def _start_workers(self, fan_out: int = 0) -> None:
+        """Spawn workers for the runnable work, as far as permits allow.
+
+        Single mode starts one worker; each new worker, when it takes its first lane, spawns
+        ``fan_out`` more if lanes are still waiting (``_work``), so a burst of 1,000 lanes is
+        covered in about ten loop turns. A handler that never suspends runs lane after lane in
+        the first task instead, and the few spawned after it find the queue empty and leave:
+        no task per ready lane.
+        """
+        if self._stopping:
+            return
+        want = self._runnable() - self._starting
+        if not self._batched:
+            want = min(want, fan_out or (1 - self._starting))
+        while want > 0 and self._pool.try_acquire(self._permits):
+            self._spawn()
+            want -= 1
+        if want > 0:
+            self._pool.wait(self._permits)
+
+    def _on_grant(self) -> bool:
+        if self._stopping or self._runnable() <= self._starting:
+            return False
+        self._spawn()
+        return True
+
+    def _spawn(self) -> None:
+        worker = Worker()
+        self._workers.add(worker)
+        self._starting += 1
+        work = self._work_batch if self._batched else self._work
+        worker.task = asyncio.ensure_future(work(worker))
+
+    async def _work(self, worker: Worker) -> None:
+        ready = self._ready
+        now = self._clock.now
+        immediate = self._resolver.immediate
+        tap = self._tap
+        name = self.settings.name
+        call = self._caller.call
+        finish = self._finish
+        progress = self._progress
+        should_yield, permits = self._pool.should_yield, self._permits
+        self._starting -= 1
+        chained = False
+        turn_ends = now() + TURN
+        try:
+            while ready and not self._stopping:
+                lane = ready.popleft()
+                part = lane.part
+                if part.closing:
+                    lane.ready = False
+                    continue
+                rec = lane.queue.popleft()
+                if lane.ordered:
+                    lane.busy = True
+                    lane.ready = False
+                elif lane.queue:
+                    ready.appendleft(lane)
+                else:
+                    lane.ready = False
+                    if part.lanes.get(lane.lane_id) is lane:  # a retry may have left it
+                        del part.lanes[lane.lane_id]
+                part.in_flight += 1
+                if not chained:  # the next worker, for the work left (see _start_workers)
+                    chained = True
+                    if ready:
+                        self._start_workers(fan_out=2)
+                worker.record = rec
+                worker.started = now()
+                outcome, error = await call(worker, rec)
+                worker.record = None
+                part.in_flight -= 1
+                held = False
+                if part.revoked:
+                    self.counters.late_completions += 1
+                else:
+                    if outcome is None and error is None and immediate:
+                        finish(rec, part, now())  # plain success: the hot path
+                    else:
+                        held = self._resolver.resolve(lane, rec, outcome, error)
+                    if tap is not None and tap.active(name):
+                        tap.publish(name, rec, outcome_name(outcome, error))
+                if held:
+                    pass  # a retry or a parked record keeps its lane busy: its key waits
+                elif lane.ordered:
+                    lane.busy = False
+                    if lane.queue and not part.closing:
+                        lane.ready = True
+                        ready.append(lane)
+                    elif not lane.queue and part.lanes.get(lane.lane_id) is lane:
+                        del part.lanes[lane.lane_id]
+                progress.set()
+                if should_yield(permits):
+                    break
+                if worker.started >= turn_ends:  # handlers that never suspend: let the loop in
+                    await asyncio.sleep(0)
+                    turn_ends = now() + TURN
+        finally:
+            self._workers.discard(worker)
+            progress.set()
+            self._pool.release(permits)
+            if ready and not self._stopping:
+                self._start_workers()
+
+    async def _work_batch(self, worker: Worker) -> None:
+        """Batch and unique modes: gather up to ``batch_size`` records or wait ``batch_max_wait``,
+        call the handler once with the list, resolve each record. One batch holds one permit."""
+        ready = self._ready
+        clock = self._clock
+        size = self.settings.batch_size
+        gathering = True  # counted in ``_starting`` while gathering
+        try:
+            while ready and not self._stopping:
+                deadline = clock.now() + self.settings.batch_max_wait
+                while queued_records(ready) < size and not self._stopping:
+                    remaining = deadline - clock.now()
+                    if remaining <= 0:
+                        break
+                    self._arrivals.clear()
+                    await first_of(self._arrivals.wait(), clock.sleep(remaining))
+                if self.stopping:  # a drain began while gathering: no new batch starts
+                    break
+                batch = take_batch(ready, size)
+                if not batch:
+                    continue
+                gathering = False
+                self._starting -= 1
+                await self._run_batch(worker, batch)
+                self._progress.set()
+                self._starting += 1
+                gathering = True
+                if self._pool.should_yield(self._permits):
+                    break
+        finally:
+            if gathering:
+                self._starting -= 1
+            self._workers.discard(worker)
+            self._progress.set()
+            self._pool.release(self._permits)
+            if ready and not self._stopping:
+                self._start_workers()
+
+    async def _run_batch(self, worker: Worker, batch: Batch) -> None:
+        records = [rec for _, recs in batch for rec in recs]
+        if self.settings.mode == "unique":
+            handled, superseded = latest_per_key(batch)
+        else:
+            handled, superseded = records, set()
+        for rec in records:
+            rec._part.in_flight += 1  # type: ignore[union-attr]
+        worker.record = handled[0]
+        worker.started = self._clock.now()
+        outcomes, error = await self._caller.call_batch(worker, handled)
+        worker.record = None
+        for lane, recs in batch:
+            held = False
+            part = lane.part
+            for i, rec in enumerate(recs):
+                part.in_flight -= 1
+                if held:
+                    continue
+                if part.revoked:
+                    self.counters.late_completions += 1
+                    continue
+                if rec in superseded:
+                    self.counters.superseded += 1
+                    self._resolver.done(rec, (), land=False)
+                    continue
+                outcome = outcomes.get(rec)
+                held = self._resolver.resolve(lane, rec, outcome, error)
+                if self._tap is not None and self._tap.active(self.settings.name):
+                    self._tap.publish(self.settings.name, rec, outcome_name(outcome, error))
+                if held:  # later records of this lane go back behind the held one, in order
+                    lane.queue.extendleft(reversed(recs[i + 1 :]))
+            if not held and lane.ordered:
+                lane.busy = False
+                if lane.queue and not part.closing:
+                    lane.ready = True
+                    self._ready.append(lane)
+                elif not lane.queue and part.lanes.get(lane.lane_id) is lane:
+                    del part.lanes[lane.lane_id]
+
+    def _complete(self, rec: Record) -> None:
+        """The record's outcome is durable: it may now be committed past."""
+        part = rec._part
+        if part is None or part.revoked:
+            self.counters.late_completions += 1
+            return
+        self._finish(rec, part, self._clock.now())
+        if self._producer is not None or self.landing is not None:
+            self._progress.set()  # drain may be waiting for acknowledgements or files
+
+    def _landed(self, parts: Iterable[PartitionState]) -> bool:
+        """True once nothing of ``parts`` waits to be landed; lands what is buffered (drain and
+        revoke call this after their handlers finished, so nothing new arrives)."""
+        landing = self.landing
+        if landing is None:
+            return True
+        waiting = False
+        for part in parts:
+            if landing.pending(part.topic, part.partition):
+                waiting = True
+                landing.flush_partition(part.topic, part.partition)
+        return not waiting
+
+    def _unlanded(self) -> int:
+        landing = self.landing
+        if landing is None:
+            return 0
+        return sum(landing.pending(p.topic, p.partition) for p in self.parts.values())
+
+    def _requeue(self, lane: Lane, rec: Record) -> None:
+        """A retry is due: the record goes back to the front of its lane, the lane to the front
+        of the ready queue (its key has waited long enough)."""
+        part = lane.part
+        if part.closing:
+            return
+        current = part.lanes.setdefault(lane.lane_id, lane)
+        if current is not lane:
+            # Unordered: the lane emptied and went while the record waited, and records that
+            # arrived since got a new one; the retry joins it (no order to keep).
+            lane = current
+        lane.queue.appendleft(rec)
+        lane.busy = False
+        if not lane.ready:
+            lane.ready = True
+            self._ready.appendleft(lane)
+        self._start_workers()
+
+    def _fail_workload(self, error: BaseException) -> None:
+        """Stop the whole workload (the app drains and commits what is durable)."""
+        if not self.failed.done():
+            log.error("workload %s: stopping: %s", self.settings.name, error)
+            self.failed.set_exception(error)
+
+    def _finish(self, rec: Record, part: PartitionState, now: float) -> None:
+        advanced = part.tracker.complete(rec, now)
+        self.counters.completed += 1
+        if advanced:
+            if self._commits.advanced(advanced):
+                self._commit_now.set()
+            if part.paused and len(part.tracker) <= self._buffer_limit // 2:
+                part.paused = False
+                self._control.resume([(part.topic, part.partition)])
+
+    # ------------------------------------------------------------------ timers and commits
+
+    async def _watchdog(self) -> None:
+        """Cancel handler calls that run past the timeout (checked a few times per timeout)."""
+        timeout = self.settings.timeout
+        tick = min(max(timeout / 8, 0.001), 0.5)
+        while True:
+            await self._clock.sleep(tick)
+            now = self._clock.now()
+            for worker in list(self._workers):
+                if (
+                    worker.record is not None
+                    and not worker.timed_out
+                    and now - worker.started >= timeout
+                ):
+                    worker.timed_out = True
+                    worker.task.cancel()
+
+    async def _commit_timer(self) -> None:
+        while True:
+            await first_of(
+                self._commit_now.wait(), self._clock.sleep(self.settings.commit_interval)
+            )
+            self._commit_now.clear()
+            self.commit(asynchronous=True)
+
+    def commit(self, asynchronous: bool) -> None:
+        """Send the positions that moved since the last commit to the source."""
+        offsets = self._commits.plan(list(self.parts.values()), only_changed=True)
+        if offsets:
+            self._control.commit(offsets, asynchronous)
+
+    # ------------------------------------------------------------------ introspection
+
+    @property
+    def in_flight(self) -> int:
+        return sum(1 for w in self._workers if w.record is not None)
+
+    @property
+    def stopping(self) -> bool:
+        """Drain has begun: no new record will start."""
+        return self._stopping
+
+    @property
+    def busy(self) -> bool:
+        """Work is running, waiting for a permit or a retry, unacknowledged, or held back by a
+        paused partition."""
+        return (
+            bool(self._workers or self._ready or self._resolver.waiting)
+            or (self._producer is not None and self._producer.in_flight > 0)
+            or any(p.paused for p in self.parts.values())
+        )
+
+    @property
+    def permits_held(self) -> int:
+        return self._permits.held
+
+    @property
+    def waiting_lanes(self) -> int:
+        return len(self._ready)
+
+    @property
+    def abandoned_threads(self) -> int:
+        return self._caller.abandoned
+
+    def partitions(self) -> list[PartitionState]:
+        return list(self.parts.values())

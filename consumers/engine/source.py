@@ -1,0 +1,366 @@
+"""The source thread: owns one broker client and is the only thread that ever touches it.
+
+librdkafka runs rebalance and commit callbacks only inside ``consume()``, and a consumer that
+stops polling is kicked from its group after ``max.poll.interval.ms``. So one dedicated thread
+polls in batches, forever, whatever the handlers are doing; it hands batches to the event loop,
+executes the loop's commands (commit, pause, resume) between polls, and runs the revoke protocol:
+
+    on_revoke → loop stops intake of those partitions and drains them (deadline)
+              → synchronous commit of their watermark → return to librdkafka
+
+Backpressure never blocks this thread: full partitions are *paused* and the thread keeps
+polling. Only the hand-off to the loop is bounded (a couple of batches), waited on in short
+slices so commands and callbacks keep flowing.
+
+Any client with confluent-kafka's ``Consumer`` API works: the real one and the in-memory one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from consumers.engine.commits import CommitOffset, PartitionKey
+from consumers.engine.partition import PartitionState
+from consumers.engine.runner import WorkloadRunner
+from consumers.engine.tracker import decode_done
+from consumers.errors import BrokerError, EngineError
+
+log = logging.getLogger("lanehouse.source")
+
+#: How many consumed batches may wait for the event loop before polling slows down.
+MAX_HANDOFF_BATCHES = 2
+#: Records ingested per loop callback before timers and handlers get a turn.
+INGEST_SLICE = 1000
+WATERMARK_REFRESH_SECONDS = 1.0
+
+
+class ConsumerLike(Protocol):
+    """The subset of ``confluent_kafka.Consumer`` the engine uses."""
+
+    def subscribe(self, topics: list[str], **callbacks: Any) -> None: ...
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]: ...
+    def commit(self, *, offsets: list[TopicPartition], asynchronous: bool) -> Any: ...
+    def committed(self, partitions: list[TopicPartition], timeout: float = -1) -> Any: ...
+    def pause(self, partitions: list[TopicPartition]) -> None: ...
+    def resume(self, partitions: list[TopicPartition]) -> None: ...
+    def assignment(self) -> list[TopicPartition]: ...
+    def get_watermark_offsets(self, partition: TopicPartition, **kw: Any) -> tuple[int, int]: ...
+    def close(self) -> None: ...
+
+
+#: Builds a client; receives the engine's ``on_commit`` callback for its configuration.
+ConsumerFactory = Callable[[Callable[[Any, list[TopicPartition]], None]], ConsumerLike]
+
+
+class SourceThread:
+    """Drives one client for one workload runner (the runner's ``SourceControl``)."""
+
+    def __init__(
+        self,
+        name: str,
+        topics: list[str],
+        factory: ConsumerFactory,
+        loop: asyncio.AbstractEventLoop,
+        drain_timeout: float,
+        batch_size: int = 5000,
+        poll_timeout: float = 0.05,
+    ) -> None:
+        self.name = name
+        self._topics = topics
+        self._factory = factory
+        self._loop = loop
+        self._drain_timeout = drain_timeout
+        self._batch_size = batch_size
+        self._poll_timeout = poll_timeout
+        self._runner: WorkloadRunner | None = None
+        self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._handed = threading.Event()
+        self._posted = 0
+        self._ingested = 0
+        self._inbox: deque[tuple[str, Any]] = deque()
+        self._slice_start = 0
+        self._intake_open = True
+        self._shutting_down = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=f"lh-source-{name}", daemon=True)
+        self.assigned: dict[PartitionKey, PartitionState] = {}
+        self.failed: asyncio.Future[None] = loop.create_future()
+        self.finished: asyncio.Future[None] = loop.create_future()
+        self.commits = 0
+        self.commit_failures = 0
+        self.rebalances = 0
+
+    def attach(self, runner: WorkloadRunner) -> None:
+        self._runner = runner
+
+    def start(self) -> None:
+        if self._runner is None:
+            raise RuntimeError("attach a runner before starting the source")
+        self._thread.start()
+
+    # ------------------------------------------------------------ SourceControl (loop thread)
+
+    def commit(self, offsets: list[CommitOffset], asynchronous: bool) -> None:
+        self._commands.put(("commit", offsets))
+
+    def pause(self, parts: list[PartitionKey]) -> None:
+        self._commands.put(("pause", parts))
+
+    def resume(self, parts: list[PartitionKey]) -> None:
+        self._commands.put(("resume", parts))
+
+    async def stop(self) -> None:
+        """Graceful stop: no more intake, drain the runner, final synchronous commit, close."""
+        if self._closed:
+            return
+        self._intake_open = False
+        self._commands.put(("pause_all", None))
+        assert self._runner is not None
+        offsets = await self._runner.drain()
+        self._shutting_down = True
+        self._commands.put(("close", offsets))
+        await asyncio.shield(self.finished)
+
+    # ------------------------------------------------------------ the thread
+
+    def _run(self) -> None:
+        consumer: ConsumerLike | None = None
+        try:
+            consumer = self._factory(self._on_commit)
+            consumer.subscribe(
+                self._topics,
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_lost,
+            )
+            next_watermarks = time.monotonic()
+            while not self._run_commands(consumer):
+                if self._posted - self._ingested >= MAX_HANDOFF_BATCHES:
+                    self._handed.wait(self._poll_timeout)
+                    self._handed.clear()
+                    continue
+                messages = consumer.consume(self._batch_size, self._poll_timeout)
+                if messages and self._intake_open:
+                    self._posted += 1
+                    self._post(("batch", messages))
+                if time.monotonic() >= next_watermarks:
+                    self._refresh_watermarks(consumer)
+                    next_watermarks = time.monotonic() + WATERMARK_REFRESH_SECONDS
+        except BaseException as exc:
+            log.exception("workload %s: source thread failed", self.name)
+            self._loop.call_soon_threadsafe(_set_exception, self.failed, exc)
+            if consumer is not None:
+                _close_quietly(consumer)
+        finally:
+            self._loop.call_soon_threadsafe(_set_result, self.finished)
+
+    def _post(self, event: tuple[str, Any]) -> None:
+        """Queue an event for the loop. Batches, assignments and revokes share one FIFO so the
+        loop sees them in the order the client produced them."""
+        self._inbox.append(event)
+        self._loop.call_soon_threadsafe(self._pump)
+
+    def _pump(self) -> None:
+        """Runs on the loop: apply queued events in order, at most ``INGEST_SLICE`` records per
+        call, so a large poll never holds up handler timers for long.
+
+        An error here is an engine bug; the workload stops loudly rather than stall."""
+        if self.failed.done():
+            return
+        try:
+            self._apply_events()
+        except Exception as exc:
+            log.exception("workload %s: applying client events failed", self.name)
+            self._intake_open = False
+            self.failed.set_exception(EngineError(f"workload {self.name}: {exc!r}"))
+
+    def _apply_events(self) -> None:
+        runner = self._runner
+        assert runner is not None
+        budget = INGEST_SLICE
+        inbox = self._inbox
+        while inbox and budget > 0:
+            kind, payload = inbox[0]
+            if kind == "batch":
+                start = self._slice_start
+                end = start + budget
+                runner.ingest(payload[start:end] if start or end < len(payload) else payload)
+                if end < len(payload):
+                    self._slice_start = end
+                    break
+                budget -= len(payload) - start
+                self._slice_start = 0
+                self._ingested += 1
+                self._handed.set()
+            elif kind == "assign":
+                runner.assign(payload)
+            else:  # revoke
+                keys, result = payload
+                _chain(asyncio.ensure_future(runner.revoke(keys)), result)
+            inbox.popleft()
+        if inbox:
+            self._loop.call_soon(self._pump)
+
+    def _run_commands(self, consumer: ConsumerLike) -> bool:
+        """Execute queued commands; True once the client has been closed."""
+        while True:
+            try:
+                verb, arg = self._commands.get_nowait()
+            except queue.Empty:
+                return self._closed
+            if verb == "commit":
+                self._commit(consumer, arg, asynchronous=True)
+            elif verb in ("pause", "resume"):
+                tps = [TopicPartition(t, p) for t, p in arg if (t, p) in self.assigned]
+                if tps:
+                    try:
+                        getattr(consumer, verb)(tps)
+                    except KafkaException as exc:
+                        log.warning("workload %s: %s failed: %s", self.name, verb, exc)
+            elif verb == "pause_all":
+                tps = [TopicPartition(t, p) for t, p in self.assigned]
+                if tps:
+                    consumer.pause(tps)
+            elif verb == "close":
+                self._commit(consumer, arg, asynchronous=False)
+                consumer.close()
+                self._closed = True
+                return True
+
+    def _commit(
+        self, consumer: ConsumerLike, offsets: list[CommitOffset], asynchronous: bool
+    ) -> None:
+        tps = [
+            TopicPartition(t, p, off, metadata) if metadata else TopicPartition(t, p, off)
+            for t, p, off, metadata in offsets
+            if (t, p) in self.assigned
+        ]
+        if not tps:
+            return
+        try:
+            result = consumer.commit(offsets=tps, asynchronous=asynchronous)
+        except KafkaException as exc:
+            # A failed commit means replays after a restart, never a loss.
+            self.commit_failures += 1
+            log.warning("workload %s: commit failed: %s", self.name, exc)
+            return
+        if not asynchronous:
+            self._count_commit(None, result or [])
+
+    def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        self._count_commit(err, partitions)
+
+    def _count_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        failed = err is not None or any(tp.error is not None for tp in partitions)
+        if failed:
+            self.commit_failures += 1
+            log.warning("workload %s: commit failed: %s", self.name, err or partitions)
+        else:
+            self.commits += 1
+
+    def _refresh_watermarks(self, consumer: ConsumerLike) -> None:
+        for (topic, partition), part in list(self.assigned.items()):
+            try:
+                _, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), cached=True
+                )
+            except KafkaException:
+                continue
+            if high >= 0:
+                part.high_watermark = high
+
+    # ------------------------------------------------------------ rebalance callbacks
+
+    def _on_assign(self, consumer: ConsumerLike, partitions: list[TopicPartition]) -> None:
+        self.rebalances += 1
+        try:
+            committed = consumer.committed(partitions, timeout=10)
+        except KafkaException as exc:
+            log.warning("workload %s: reading committed offsets failed: %s", self.name, exc)
+            committed = partitions
+        parts = []
+        for tp in committed:
+            skip = decode_done(tp.offset, tp.metadata) if tp.offset >= 0 else set()
+            position = tp.offset if tp.offset >= 0 else None
+            part = PartitionState(tp.topic, tp.partition, skip, position)
+            self.assigned[(tp.topic, tp.partition)] = part
+            parts.append(part)
+        log.info(
+            "workload %s: assigned %s", self.name, [f"{p.topic}[{p.partition}]" for p in parts]
+        )
+        assert self._runner is not None
+        # Blocking work (landing's topic ids and file clean-up) before any record is read.
+        self._runner.prepare_assignment(parts)
+        self._post(("assign", parts))
+
+    def _on_revoke(self, consumer: ConsumerLike, partitions: list[TopicPartition]) -> None:
+        self._release(consumer, partitions, commit=True)
+
+    def _on_lost(self, consumer: ConsumerLike, partitions: list[TopicPartition]) -> None:
+        self._release(consumer, partitions, commit=False)
+
+    def _release(
+        self, consumer: ConsumerLike, partitions: list[TopicPartition], commit: bool
+    ) -> None:
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        log.info("workload %s: revoking %s (commit=%s)", self.name, keys, commit)
+        if self._shutting_down or not keys:
+            # Shutdown already drained and committed everything before close().
+            for key in keys:
+                self.assigned.pop(key, None)
+            return
+        assert self._runner is not None
+        future: concurrent.futures.Future[list[CommitOffset]] = concurrent.futures.Future()
+        self._post(("revoke", (keys, future)))
+        try:
+            offsets = future.result(timeout=self._drain_timeout + 30)
+        except Exception as exc:
+            log.error("workload %s: revoke drain failed: %s", self.name, exc)
+            offsets = []
+        if commit and offsets:
+            self._commit(consumer, offsets, asynchronous=False)
+        for key in keys:
+            self.assigned.pop(key, None)
+
+
+def _chain(task: asyncio.Future[Any], result: concurrent.futures.Future[Any]) -> None:
+    """Copy an asyncio task's outcome into a future the source thread waits on."""
+
+    def copy(done: asyncio.Future[Any]) -> None:
+        if done.cancelled():
+            result.cancel()
+        elif done.exception() is not None:
+            result.set_exception(done.exception())
+        else:
+            result.set_result(done.result())
+
+    task.add_done_callback(copy)
+
+
+def _set_result(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _set_exception(future: asyncio.Future[None], exc: BaseException) -> None:
+    if not future.done():
+        if not isinstance(exc, Exception):
+            exc = BrokerError(f"source thread stopped: {exc!r}")
+        future.set_exception(exc)
+
+
+def _close_quietly(consumer: ConsumerLike) -> None:
+    try:
+        consumer.close()
+    except Exception:
+        log.debug("closing a failed consumer raised", exc_info=True)

@@ -1,0 +1,234 @@
+"""Landed files: where a batch of records goes on disk, and how it gets there durably.
+
+Layout (Hive-style, so Spark discovers ``event_date`` as a partition column)::
+
+    <lake>/landed/<dataset>/event_date=<YYYY-MM-DD>/<source>-p<partition>-o<first offset>.parquet
+
+``<source>`` is the topic name made path-safe plus a short hash of (cluster, topic, topic id): a
+topic deleted and recreated under the same name has a new topic id, so its files (whose offsets
+restart at 0) never overwrite the old ones, and Spark's deduplication on the lineage key (which
+includes ``_topic_id``) never confuses them.
+
+Why the first offset names the file: after a crash the engine re-reads a partition from its
+committed position, which is the first offset of the first file whose records were not yet
+committed. The replay writes a file of that very name, replacing the one written before the crash
+instead of adding a second copy. :func:`clear_from` removes the partition's files above the
+position before the replay starts, since the replay may cut its batches elsewhere.
+
+Durability: each file is written to a temporary name in the same directory, flushed and fsynced,
+renamed over the final name, and the directory is fsynced; only then does the caller complete the
+records' offsets. A crash leaves either the old file, the new one, or a ``.tmp`` that readers skip
+(Spark ignores names starting with ``.``) and the next write of that name replaces.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from consumers.config.loading import state_dir
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = [
+    "LandedRow",
+    "SourceIdentity",
+    "clear_from",
+    "default_lake",
+    "landed_arrow_schema",
+    "landed_path",
+    "pack_pulsar_position",
+    "write_landed",
+]
+
+
+@functools.cache
+def landed_arrow_schema() -> pa.Schema:
+    """The columns of every landed file (``event_date`` comes from the directory). pyarrow is imported here and in :func:`write_landed`,
+    not with the module: it adds about 40 MB to every consumer process, and only workloads
+    that land files need it."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("value", pa.binary()),
+            ("_source_kind", pa.string()),
+            ("_cluster", pa.string()),
+            ("_topic", pa.string()),
+            ("_topic_id", pa.string()),
+            ("_partition", pa.int32()),
+            ("_offset", pa.int64()),
+            ("_key", pa.binary()),
+            ("_timestamp", pa.timestamp("ms", tz="UTC")),
+            ("_landed_at", pa.timestamp("ms", tz="UTC")),
+            ("_workload", pa.string()),
+            ("_spec_hash", pa.string()),
+        ]
+    )
+
+
+_UNSAFE: Final = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+@dataclass(frozen=True)
+class SourceIdentity:
+    """Which incarnation of which topic on which cluster the records come from."""
+
+    kind: str
+    #: Bootstrap servers or service URL, never with credentials.
+    cluster: str
+    topic: str
+    #: The broker's id of this incarnation of the topic ("" when the broker has none).
+    topic_id: str
+
+    def file_prefix(self) -> str:
+        digest = hashlib.blake2b(
+            f"{self.kind}\0{self.cluster}\0{self.topic}\0{self.topic_id}".encode(), digest_size=4
+        ).hexdigest()
+        return f"{_UNSAFE.sub('_', self.topic)[:80]}~{digest}"
+
+
+@dataclass(frozen=True)
+class LandedRow:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    #: Record time, epoch milliseconds.
+    timestamp_ms: int
+
+
+def default_lake(home: Path | None = None) -> Path:
+    """``LANEHOUSE_LAKE``, else ``<home>/lake`` with ``home`` defaulting to ``LANEHOUSE_HOME``
+    or ``.lanehouse``; always absolute, since runs may start in other directories."""
+    configured = os.environ.get("LANEHOUSE_LAKE")
+    if configured:
+        return Path(configured).resolve()
+    return (state_dir(home) / "lake").resolve()
+
+
+def landed_path(
+    lake: Path,
+    dataset: str,
+    day: date,
+    source: SourceIdentity,
+    partition: int,
+    first: int,
+    content: str | None = None,
+) -> Path:
+    """``content``: a digest of the file's positions, for sources whose replays are not cut
+    at the same places (Pulsar); such files are never replaced, Spark dedups their rows."""
+    suffix = f"-{content}" if content else ""
+    name = f"{source.file_prefix()}-p{partition}-o{first}{suffix}.parquet"
+    return lake / "landed" / dataset / f"event_date={day.isoformat()}" / name
+
+
+_LEDGER_BITS, _ENTRY_BITS, _BATCH_BITS = 28, 23, 12
+
+
+def pack_pulsar_position(ledger: int, entry: int, batch_index: int) -> int:
+    """A Pulsar message id as one ``_offset``: ordered like the ids, stable across sessions.
+
+    Ledger ids are unique in a cluster, so a recreated topic never reuses a position. Raises
+    ``ValueError`` past 2^28 ledgers, 2^23 entries per ledger (Pulsar rolls ledgers over at
+    50,000 entries by default) or 4,095 messages per batch.
+    """
+    batch = batch_index + 1  # -1 (not batched) becomes 0
+    if not (
+        0 <= ledger < 1 << _LEDGER_BITS
+        and 0 <= entry < 1 << _ENTRY_BITS
+        and 0 <= batch < 1 << _BATCH_BITS
+    ):
+        raise ValueError(
+            f"Pulsar message id ({ledger}:{entry}:{batch_index}) does not fit a lake position"
+        )
+    return (ledger << (_ENTRY_BITS + _BATCH_BITS)) | (entry << _BATCH_BITS) | batch
+
+
+def write_landed(
+    path: Path,
+    source: SourceIdentity,
+    rows: Sequence[LandedRow],
+    landed_at_ms: int,
+    workload: str,
+    spec_hash: str,
+) -> None:
+    """Write ``rows`` to ``path`` atomically and durably (see the module docstring)."""
+    if not rows:
+        raise ValueError("write_landed: no rows")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    count = len(rows)
+    table = pa.table(
+        {
+            "value": [r.value for r in rows],
+            "_source_kind": [source.kind] * count,
+            "_cluster": [source.cluster] * count,
+            "_topic": [source.topic] * count,
+            "_topic_id": [source.topic_id] * count,
+            "_partition": [r.partition for r in rows],
+            "_offset": [r.offset for r in rows],
+            "_key": [r.key for r in rows],
+            "_timestamp": [r.timestamp_ms for r in rows],
+            "_landed_at": [landed_at_ms] * count,
+            "_workload": [workload] * count,
+            "_spec_hash": [spec_hash] * count,
+        },
+        schema=landed_arrow_schema(),
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    with temporary.open("wb") as sink:
+        pq.write_table(table, sink, compression="zstd")
+        sink.flush()
+        os.fsync(sink.fileno())
+    os.replace(temporary, path)
+    _fsync_dir(path.parent)
+
+
+def clear_from(
+    lake: Path,
+    dataset: str,
+    source: SourceIdentity,
+    partition: int,
+    position: int,
+    keep: AbstractSet[int] = frozenset(),
+) -> int:
+    """Delete the partition's landed files starting at ``position`` or later; return how many.
+
+    Called when the engine starts (re)reading a partition at ``position``: every record from
+    there on will be landed again, possibly cut into different files. Files whose first offset
+    is in ``keep`` stay: a previous owner completed (landed) those records and recorded them in
+    its commit metadata, so the engine skips them and would never land them again. A file is
+    completed all at once, so its first offset stands for all of its records.
+    """
+    root = lake / "landed" / dataset
+    if not root.is_dir():
+        return 0
+    pattern = re.compile(re.escape(f"{source.file_prefix()}-p{partition}-o") + r"(\d+)\.parquet")
+    removed = 0
+    for path in root.glob(f"event_date=*/{source.file_prefix()}-p{partition}-o*.parquet"):
+        match = pattern.fullmatch(path.name)
+        first = int(match.group(1)) if match is not None else -1
+        if first >= position and first not in keep:
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

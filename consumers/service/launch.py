@@ -1,0 +1,210 @@
+"""From validated workload specs to a running :class:`ConsumerApp` (the CLI and Dagster use this)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from consumers.backends.kafka import kafka_consumer_factory, kafka_identities
+from consumers.config.loading import import_callable
+from consumers.config.platform import PlatformConfig, load_platform_config
+from consumers.config.spec import PulsarSourceSpec, WorkloadSpec, resolve_handler, spec_hash
+from consumers.engine import event_loop
+from consumers.engine.producer import ProducerFactory, kafka_producer_factory
+from consumers.engine.resolution import DeadLetterPolicy, Position, RetryPolicy
+from consumers.engine.runner import Identify, RunnerSettings
+from consumers.engine.source import ConsumerFactory
+from consumers.errors import LanehouseError
+from consumers.execution.interceptors import load_interceptor
+from consumers.landing.files import default_lake
+from consumers.landing.sink import LandingSettings
+from consumers.permits.pool import LocalPermitPool, PermitPool
+from consumers.service.app import ConsumerApp, Workload, WorkloadSummary
+from consumers.service.http import serve as serve_http
+
+if TYPE_CHECKING:
+    from consumers.backends.pulsar import PulsarSettings
+
+log = logging.getLogger("lanehouse.run")
+
+
+def settings_from_spec(spec: WorkloadSpec, lake: Path | None = None) -> RunnerSettings:
+    """The engine's settings; ``lake`` is where a landing workload lands (default: see
+    :func:`consumers.landing.files.default_lake`)."""
+    landing = spec.landing
+    return RunnerSettings(
+        name=spec.name,
+        ordering=spec.ordering,
+        virtual_partitions=spec.virtual_partitions,
+        concurrency=spec.concurrency,
+        weight=spec.permits.weight,
+        timeout=spec.timeout,
+        max_buffered=spec.max_buffered,
+        commit_interval=spec.commit_interval,
+        drain_timeout=spec.drain_timeout,
+        mode=spec.mode,
+        batch_size=spec.batch.size,
+        batch_max_wait=spec.batch.max_wait,
+        retry=RetryPolicy(
+            max_attempts=spec.retries.max_attempts,
+            backoff=spec.retries.backoff,
+            max_backoff=spec.retries.max_backoff,
+            jitter=spec.retries.jitter,
+        ),
+        dead_letter=(
+            DeadLetterPolicy(
+                spec.dead_letter.topic, spec.dead_letter.max_ratio, spec.dead_letter.window
+            )
+            if spec.dead_letter
+            else None
+        ),
+        output_topic=spec.output.topic if spec.output else None,
+        executor=spec.executor,
+        processes=spec.processes,
+        max_handoff_bytes=spec.max_handoff_bytes,
+        landing=(
+            LandingSettings(
+                lake=lake or default_lake(),
+                dataset=landing.dataset,
+                workload=spec.name,
+                spec_hash=spec_hash(spec),
+                flush_rows=landing.flush_rows,
+                flush_interval=landing.flush_interval,
+            )
+            if landing
+            else None
+        ),
+    )
+
+
+def client_factories(spec: WorkloadSpec) -> tuple[ConsumerFactory, ProducerFactory]:
+    """The consumer and producer factories for the spec's source kind."""
+    source = spec.source
+    if isinstance(source, PulsarSourceSpec):
+        from consumers.backends.pulsar import pulsar_consumer_factory, pulsar_producer_factory
+
+        settings = pulsar_settings(source)
+        return pulsar_consumer_factory(settings), pulsar_producer_factory(settings)
+    config = spec.client_config()
+    return kafka_consumer_factory(config), kafka_producer_factory(config)
+
+
+def pulsar_settings(source: PulsarSourceSpec) -> PulsarSettings:
+    from consumers.backends.pulsar import PulsarSettings
+
+    return PulsarSettings(
+        service_url=source.service_url,
+        subscription=source.subscription,
+        subscription_type=source.subscription_type,
+        client_options=source.client_options(),
+        consumer_options=source.consumer_options(),
+    )
+
+
+def workload_from_spec(spec: WorkloadSpec, lake: Path | None = None) -> Workload:
+    """Bind a spec to its handler and its broker's client factories (imports the handler)."""
+    consumer_factory, producer_factory = client_factories(spec)
+    identify: Identify | None = None
+    position: Position | None = None
+    if spec.landing is not None:
+        if isinstance(spec.source, PulsarSourceSpec):
+            from consumers.backends.pulsar import PulsarLandingPositions
+
+            positions = PulsarLandingPositions(pulsar_settings(spec.source))
+            consumer_factory, identify, position = (
+                positions.factory,
+                positions.identify,
+                positions.position,
+            )
+        else:
+            identify = kafka_identities(spec.client_config())
+    return Workload(
+        settings=settings_from_spec(spec, lake),
+        handler=resolve_handler(spec),
+        topics=list(spec.source.topics),
+        consumer_factory=consumer_factory,
+        pool=spec.permits.pool,
+        producer_factory=producer_factory,
+        interceptors=tuple(load_interceptor(import_callable(path)) for path in spec.interceptors),
+        identify=identify,
+        position=position,
+    )
+
+
+def pool_factory(
+    platform: PlatformConfig, pool_sizes: dict[str, int] | None = None
+) -> Callable[[str, int], PermitPool]:
+    """Pools named in the platform config are shared through its database (declared there now,
+    so a bad URL fails before any client starts); every other pool is local to this process."""
+    permits = platform.permits
+    if not permits.pools:
+        return LocalPermitPool
+    clash = sorted(set(pool_sizes or {}) & set(permits.pools))
+    if clash:
+        raise LanehouseError(
+            f"pool size of {', '.join(clash)} is set in the platform config (shared pools); "
+            "drop it from the command line"
+        )
+    # Imported here: SQLAlchemy adds about 15 MB to a process that shares no pool.
+    from consumers.permits.shared import SharedPermitPool
+    from consumers.permits.store import PermitStore
+
+    store = PermitStore(permits.database_url())
+    store.declare_pools({name: pool.size for name, pool in permits.pools.items()})
+    log.info("shared permit pools %s in %s", ", ".join(permits.pools), store.describe())
+
+    def make(name: str, size: int) -> PermitPool:
+        if name not in permits.pools:
+            return LocalPermitPool(name, size)
+        return SharedPermitPool(
+            name, store, lease_ttl=permits.lease_ttl, sync_interval=permits.sync_interval
+        )
+
+    return make
+
+
+def build_app(
+    specs: list[WorkloadSpec],
+    pool_sizes: dict[str, int] | None = None,
+    lake: Path | None = None,
+    platform: PlatformConfig | None = None,
+) -> ConsumerApp:
+    """One app for every *enabled* spec; disabled ones are logged and left out. ``platform``
+    defaults to the platform config file (:func:`consumers.config.platform.load_platform_config`)."""
+    enabled = []
+    for spec in specs:
+        if spec.enabled:
+            enabled.append(workload_from_spec(spec, lake))
+        else:
+            log.info("workload %s is disabled (enabled: false); not starting it", spec.name)
+    if not enabled:
+        return ConsumerApp([])
+    factory = pool_factory(platform or load_platform_config(), pool_sizes)
+    return ConsumerApp(enabled, pool_sizes=pool_sizes, pool_factory=factory)
+
+
+def run_specs(
+    specs: list[WorkloadSpec],
+    *,
+    pool_sizes: dict[str, int] | None = None,
+    platform: PlatformConfig | None = None,
+    until_idle: float | None = None,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
+    install_signal_handlers: bool = True,
+    lake: Path | None = None,
+) -> list[WorkloadSummary]:
+    """Run the workloads until a signal (graceful), idleness, or a source failure."""
+    app = build_app(specs, pool_sizes, lake, platform)
+    if not app.workloads:
+        return []
+    server = serve_http(app, metrics_port, metrics_host) if metrics_port is not None else None
+    try:
+        return event_loop.run(
+            app.run(until_idle=until_idle, install_signal_handlers=install_signal_handlers)
+        )
+    finally:
+        if server is not None:
+            server.shutdown()
