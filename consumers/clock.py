@@ -1,4 +1,5 @@
-"""Injectable clocks: every timer in the engine reads one, so tests can drive time by hand."""
+"""Injectable clocks, and the waits that read them: every timer in the engine reads a clock, so
+tests can drive time by hand."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import asyncio
 import heapq
 import itertools
 import time
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 
 class Clock(Protocol):
@@ -58,3 +60,37 @@ class ManualClock:
             _, _, fut = heapq.heappop(self._sleepers)
             if not fut.done():
                 fut.set_result(None)
+
+
+async def first_of(*awaitables: Awaitable[Any]) -> None:
+    """Return when the first awaitable finishes; cancel the coroutines it started for the others.
+
+    Futures passed in are only watched, never cancelled: they belong to someone else.
+    """
+    owned = [asyncio.ensure_future(a) for a in awaitables if not isinstance(a, asyncio.Future)]
+    watched = [a for a in awaitables if isinstance(a, asyncio.Future)]
+    try:
+        await asyncio.wait([*owned, *watched], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in owned:
+            task.cancel()
+
+
+async def wait_for(
+    clock: Clock, event: asyncio.Event, predicate: Callable[[], bool], limit: float
+) -> bool:
+    """Wait until ``predicate()`` holds, re-checking whenever ``event`` is set.
+
+    Returns False if ``limit`` seconds of ``clock`` time pass first (a clock-driven deadline,
+    which ``asyncio.timeout`` cannot be). The event is cleared
+    *before* each check, so a set between the check and the wait is never lost.
+    """
+    deadline = clock.now() + limit
+    while True:
+        event.clear()
+        if predicate():
+            return True
+        remaining = deadline - clock.now()
+        if remaining <= 0:
+            return False
+        await first_of(event.wait(), clock.sleep(remaining))

@@ -1,77 +1,12 @@
-"""The record a handler receives, and the protocol of the client messages it is built from."""
+"""The record a handler receives."""
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from consumers.engine.partition import PartitionState
     from consumers.outcomes import OutputRecord
-
-
-class MessageLike(Protocol):
-    """What the engine reads from a client message (``confluent_kafka.Message`` and the
-    in-memory backend's message both fit), so unit tests can use small stubs."""
-
-    def error(self) -> Any: ...
-    def topic(self) -> str | None: ...
-    def partition(self) -> int | None: ...
-    def offset(self) -> int | None: ...
-    def key(self) -> bytes | None: ...
-    def value(self) -> bytes | None: ...
-    def headers(self) -> list[tuple[str, bytes]] | None: ...
-    def timestamp(self) -> tuple[int, int]: ...
-
-
-class PlainMessage:
-    """A ``MessageLike`` that holds its fields: what an adapter builds when its client's messages
-    are not shaped like confluent-kafka's (Pulsar, the in-memory broker)."""
-
-    __slots__ = ("_headers", "_key", "_offset", "_partition", "_timestamp", "_topic", "_value")
-
-    def __init__(
-        self,
-        topic: str,
-        partition: int,
-        offset: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: list[tuple[str, bytes]] | None,
-        timestamp: int,
-    ) -> None:
-        self._topic = topic
-        self._partition = partition
-        self._offset = offset
-        self._key = key
-        self._value = value
-        self._headers = headers
-        self._timestamp = timestamp
-
-    def error(self) -> None:
-        return None
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def headers(self) -> list[tuple[str, bytes]] | None:
-        return self._headers
-
-    def timestamp(self) -> tuple[int, int]:
-        """Always ``(CREATE_TIME, ms)``: both adapters carry the producer's time."""
-        return (1, self._timestamp)
 
 
 class Record:
@@ -112,7 +47,9 @@ class Record:
         self.headers = headers
         self.timestamp = timestamp
         self._done = False
-        self._part: PartitionState | None = None
+        #: The engine's ``PartitionState`` once filed (``Any``: the record a handler sees does not
+        #: import the engine, which imports it).
+        self._part: Any = None
         #: Failed handler attempts so far.
         self._attempts = 0
         #: Output records once resolved (None until then); only with an output topic.

@@ -23,7 +23,13 @@ from typing import Protocol
 import pulsar
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
-from consumers.backends.kafka import committed_offsets, kafka_consumer_factory, log_end_offsets
+from consumers.backends.base import ProducerFactory
+from consumers.backends.kafka import (
+    committed_offsets,
+    kafka_consumer_factory,
+    kafka_producer_factory,
+    log_end_offsets,
+)
 from consumers.backends.memory import MemoryBroker
 from consumers.backends.pulsar import (
     PROBE_PROPERTY,
@@ -40,7 +46,6 @@ from consumers.dev.embedded.pulsar import (
     validate_pulsar_topic,
 )
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker, create_topic
-from consumers.engine.producer import ProducerFactory, kafka_producer_factory
 from consumers.engine.source import ConsumerFactory
 from consumers.service.app import ConsumerApp, WorkloadSummary
 

@@ -1,15 +1,38 @@
-"""confluent-kafka clients with the engine's defaults."""
+"""confluent-kafka behind the broker contract (:mod:`consumers.backends.base`), with the engine's
+defaults.
+
+:class:`KafkaConsumer` is the only place a ``TopicPartition`` or a ``KafkaException`` meets the
+engine: positions and partitions go in and out as tuples, failures as ``BrokerError``. Its
+``consume`` hands confluent's own messages through (they are ``MessageLike``), so the hot path
+pays one Python call per batch for the adapter, not one per record.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
-from confluent_kafka import Consumer, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
-from consumers.engine.producer import producer_properties
-from consumers.engine.source import ConsumerFactory, ConsumerLike
+from consumers.backends.base import (
+    Backend,
+    CommitOffset,
+    CommitResult,
+    ConsumerFactory,
+    MessageLike,
+    PartitionKey,
+    ProducerFactory,
+    ProducerLike,
+    Rebalance,
+)
 from consumers.errors import BrokerError
 from consumers.landing.files import SourceIdentity
 
@@ -31,15 +54,153 @@ ENGINE_OWNED: dict[str, Any] = {
 }
 
 
+#: Client properties that only a consumer understands (a producer logs a warning for each).
+CONSUMER_ONLY = frozenset(
+    {
+        "auto.commit.enable",
+        "auto.commit.interval.ms",
+        "auto.offset.reset",
+        "check.crcs",
+        "consume.callback.max.messages",
+        "coordinator.query.interval.ms",
+        "enable.auto.commit",
+        "enable.auto.offset.store",
+        "enable.partition.eof",
+        "group.id",
+        "group.instance.id",
+        "group.protocol",
+        "group.protocol.type",
+        "group.remote.assignor",
+        "heartbeat.interval.ms",
+        "isolation.level",
+        "max.partition.fetch.bytes",
+        "max.poll.interval.ms",
+        "offset.store.method",
+        "partition.assignment.strategy",
+        "session.timeout.ms",
+    }
+)
+CONSUMER_ONLY_PREFIXES = ("fetch.", "queued.")
+
+
+def producer_properties(client_config: Mapping[str, Any]) -> dict[str, Any]:
+    """A consumer's client properties without the ones a producer does not know (it would warn
+    about each): the same security and connection settings reach the workload's producers."""
+    return {
+        k: v
+        for k, v in client_config.items()
+        if k not in CONSUMER_ONLY and not k.startswith(CONSUMER_ONLY_PREFIXES)
+    }
+
+
+def kafka_producer_factory(client_config: Mapping[str, Any]) -> ProducerFactory:
+    """An idempotent producer (ordered, no duplicates on internal retries) for a workload."""
+    config = producer_properties(client_config)
+    config.update({"enable.idempotence": True, "linger.ms": 5})
+    return lambda: cast(ProducerLike, Producer(config))
+
+
+def kafka_backend(client_config: Mapping[str, Any], landing: bool) -> Backend:
+    """A workload's Kafka clients, and topic ids when it lands (its lake names files by them)."""
+    return Backend(
+        "kafka",
+        kafka_consumer_factory(client_config),
+        kafka_producer_factory(client_config),
+        identify=kafka_identities(client_config) if landing else None,
+    )
+
+
+class KafkaConsumer:
+    """A ``confluent_kafka.Consumer`` speaking the engine's contract."""
+
+    def __init__(self, config: Mapping[str, Any], on_commit: CommitResult) -> None:
+        def committed(err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+            on_commit(_failure(err, partitions))
+
+        merged = {**CONSUMER_DEFAULTS, **config, **ENGINE_OWNED, "on_commit": committed}
+        self._client = Consumer(merged)
+
+    def subscribe(
+        self,
+        topics: list[str],
+        *,
+        on_assign: Rebalance,
+        on_revoke: Rebalance,
+        on_lost: Rebalance,
+    ) -> None:
+        def relay(callback: Rebalance) -> Callable[[Any, list[TopicPartition]], None]:
+            return lambda _client, partitions: callback(_keys(partitions))
+
+        self._client.subscribe(
+            topics, on_assign=relay(on_assign), on_revoke=relay(on_revoke), on_lost=relay(on_lost)
+        )
+
+    def consume(self, num_messages: int, timeout: float) -> Sequence[MessageLike]:
+        return cast(Sequence[MessageLike], self._client.consume(num_messages, timeout))
+
+    def commit(self, offsets: list[CommitOffset], asynchronous: bool) -> None:
+        tps = [
+            TopicPartition(t, p, off, metadata) if metadata else TopicPartition(t, p, off)
+            for t, p, off, metadata in offsets
+        ]
+        try:
+            if asynchronous:
+                self._client.commit(offsets=tps, asynchronous=True)
+                return
+            failure = _failure(None, self._client.commit(offsets=tps, asynchronous=False))
+        except KafkaException as exc:
+            raise BrokerError(f"commit failed: {exc}") from exc
+        if failure is not None:
+            raise BrokerError(f"commit failed: {failure}")
+
+    def committed(self, parts: list[PartitionKey], timeout: float) -> list[CommitOffset]:
+        try:
+            found = self._client.committed([TopicPartition(t, p) for t, p in parts], timeout)
+        except KafkaException as exc:
+            raise BrokerError(f"reading committed offsets failed: {exc}") from exc
+        return [(tp.topic, tp.partition, tp.offset, tp.metadata or "") for tp in found]
+
+    def pause(self, parts: list[PartitionKey]) -> None:
+        self._call(self._client.pause, parts)
+
+    def resume(self, parts: list[PartitionKey]) -> None:
+        self._call(self._client.resume, parts)
+
+    def high_watermark(self, part: PartitionKey) -> int:
+        try:
+            _, high = self._client.get_watermark_offsets(TopicPartition(*part), cached=True)
+        except KafkaException:
+            return -1
+        return int(high)
+
+    def close(self) -> None:
+        self._client.close()
+
+    @staticmethod
+    def _call(verb: Callable[[list[TopicPartition]], None], parts: list[PartitionKey]) -> None:
+        try:
+            verb([TopicPartition(t, p) for t, p in parts])
+        except KafkaException as exc:
+            raise BrokerError(f"{verb.__name__} failed: {exc}") from exc
+
+
+def _keys(partitions: list[TopicPartition]) -> list[PartitionKey]:
+    return [(tp.topic, tp.partition) for tp in partitions]
+
+
+def _failure(err: KafkaError | None, partitions: list[TopicPartition]) -> str | None:
+    """Why a commit failed (the request, or the first partition that failed), or None."""
+    if err is not None:
+        return str(err)
+    for tp in partitions:
+        if tp.error is not None:
+            return f"{tp.topic}[{tp.partition}]: {tp.error}"
+    return None
+
+
 def kafka_consumer_factory(config: Mapping[str, Any]) -> ConsumerFactory:
     """A factory for :class:`consumers.engine.source.SourceThread`: engine defaults < ``config``."""
-
-    def build(on_commit: Callable[[Any, list[TopicPartition]], None]) -> ConsumerLike:
-        merged = {**CONSUMER_DEFAULTS, **config, **ENGINE_OWNED, "on_commit": on_commit}
-        # confluent-kafka's stubs spell some optional arguments differently than the protocol.
-        return cast(ConsumerLike, Consumer(merged))
-
-    return build
+    return lambda on_commit: KafkaConsumer(config, on_commit)
 
 
 def kafka_identities(config: Mapping[str, Any]) -> Callable[[list[str]], dict[str, SourceIdentity]]:

@@ -1,8 +1,8 @@
 """An in-memory broker with the Kafka offset contract, for fast tests of engine logic.
 
-It mimics the subset of ``confluent_kafka.Consumer`` the engine uses (see
-``consumers.engine.source.ConsumerLike``): subscribe with rebalance callbacks, batched ``consume``,
-pause/resume, commits *with metadata* (which Tansu drops), ``committed``, cached watermarks.
+It keeps the broker contract (:class:`consumers.backends.base.ConsumerLike`): subscribe with
+rebalance callbacks, batched ``consume``, pause/resume, commits *with metadata* (which Tansu
+drops), ``committed``, the end of each partition.
 Groups rebalance eagerly: every member revokes before anyone gets the new assignment, like
 Kafka's range assignor. It is thread-safe: one lock, one condition for waiting consumers.
 """
@@ -16,11 +16,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import xxhash
-from confluent_kafka import TopicPartition
 
-from consumers.record import PlainMessage
-
-OFFSET_INVALID = -1001
+from consumers.backends.base import (
+    NO_OFFSET,
+    CommitOffset,
+    CommitResult,
+    PartitionKey,
+    PlainMessage,
+    Rebalance,
+)
+from consumers.errors import BrokerError
 
 
 @dataclass
@@ -107,9 +112,7 @@ class MemoryBroker:
                 for p, log in enumerate(self._topics[topic])
             ]
 
-    def consumer(
-        self, group: str, on_commit: Callable[[Any, list[TopicPartition]], None] | None = None
-    ) -> MemoryConsumer:
+    def consumer(self, group: str, on_commit: CommitResult | None = None) -> MemoryConsumer:
         return MemoryConsumer(self, group, on_commit)
 
     # --------------------------------------------------------------- group internals
@@ -129,34 +132,43 @@ class MemoryConsumer:
         self,
         broker: MemoryBroker,
         group: str,
-        on_commit: Callable[[Any, list[TopicPartition]], None] | None,
+        on_commit: CommitResult | None,
     ) -> None:
         self._broker = broker
         self._group_name = group
         self._on_commit = on_commit
         self._topics: list[str] = []
-        self._callbacks: dict[str, Callable[..., None]] = {}
+        self._callbacks: dict[str, Rebalance] = {}
         self._generation = -1
         self._assignment: list[tuple[str, int]] | None = None
         self._positions: dict[tuple[str, int], int] = {}
         self._paused: set[tuple[str, int]] = set()
-        self._pending_commit_callbacks: list[list[TopicPartition]] = []
+        self._pending_commit_callbacks = 0
         self._closed = False
 
-    def subscribe(self, topics: list[str], **callbacks: Any) -> None:
+    def subscribe(
+        self,
+        topics: list[str],
+        *,
+        on_assign: Rebalance | None = None,
+        on_revoke: Rebalance | None = None,
+        on_lost: Rebalance | None = None,
+    ) -> None:
+        """Join the group; callbacks left out are not called (tests)."""
         b = self._broker
         with b._lock:
             self._topics = list(topics)
-            self._callbacks = {k: v for k, v in callbacks.items() if v is not None}
+            given = {"on_assign": on_assign, "on_revoke": on_revoke, "on_lost": on_lost}
+            self._callbacks = {name: call for name, call in given.items() if call is not None}
             group = b._group(self._group_name)
             group.members.append(self)
             b._rebalance(group)
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[PlainMessage]:
         self._check_open()
-        for offsets in self._take_commit_callbacks():
+        for _ in range(self._take_commit_callbacks()):
             if self._on_commit is not None:
-                self._on_commit(None, offsets)
+                self._on_commit(None)
         self._maybe_rebalance()
         b = self._broker
         deadline = time.monotonic() + (timeout if timeout >= 0 else 3600)
@@ -224,48 +236,45 @@ class MemoryConsumer:
     def _call(self, name: str, parts: list[tuple[str, int]]) -> None:
         callback = self._callbacks.get(name)
         if callback is not None:
-            callback(self, [TopicPartition(t, p, OFFSET_INVALID) for t, p in parts])
+            callback(list(parts))
 
-    def commit(self, *, offsets: list[TopicPartition], asynchronous: bool = True) -> Any:
+    def commit(self, offsets: list[CommitOffset], asynchronous: bool = True) -> None:
+        """Like a group coordinator: a position for a partition this member does not own is
+        refused (a stale generation), and nothing of the request is stored."""
         self._check_open()
         b = self._broker
         with b._lock:
             group = b._group(self._group_name)
             owned = set(self._assignment or [])
-            for tp in offsets:
-                if (tp.topic, tp.partition) not in owned:
-                    raise _kafka_exception(f"{tp.topic}[{tp.partition}] is not assigned")
-            for tp in offsets:
-                group.committed[(tp.topic, tp.partition)] = (tp.offset, tp.metadata or "")
+            for topic, partition, _, _ in offsets:
+                if (topic, partition) not in owned:
+                    raise BrokerError(f"illegal generation: {topic}[{partition}] is not assigned")
+            for topic, partition, offset, metadata in offsets:
+                group.committed[(topic, partition)] = (offset, metadata)
             if asynchronous:
-                self._pending_commit_callbacks.append(list(offsets))
-                return None
-        return list(offsets)
+                self._pending_commit_callbacks += 1
 
-    def committed(self, partitions: list[TopicPartition], timeout: float = -1) -> Any:
+    def committed(self, parts: list[PartitionKey], timeout: float = -1) -> list[CommitOffset]:
         with self._broker._lock:
             group = self._broker._group(self._group_name)
-            out = []
-            for tp in partitions:
-                offset, metadata = group.committed.get((tp.topic, tp.partition), (-1001, ""))
-                out.append(_topic_partition(tp.topic, tp.partition, offset, metadata))
-            return out
+            return [(t, p, *group.committed.get((t, p), (NO_OFFSET, ""))) for t, p in parts]
 
-    def pause(self, partitions: list[TopicPartition]) -> None:
+    def pause(self, parts: list[PartitionKey]) -> None:
         with self._broker._lock:
-            self._paused.update((tp.topic, tp.partition) for tp in partitions)
+            self._paused.update(parts)
 
-    def resume(self, partitions: list[TopicPartition]) -> None:
+    def resume(self, parts: list[PartitionKey]) -> None:
         with self._broker._lock:
-            self._paused.difference_update((tp.topic, tp.partition) for tp in partitions)
+            self._paused.difference_update(parts)
             self._broker._lock.notify_all()
 
-    def assignment(self) -> list[TopicPartition]:
-        return [TopicPartition(t, p) for t, p in self._assignment or []]
+    def assignment(self) -> list[PartitionKey]:
+        """This member's partitions (for tests; the engine learns them from callbacks)."""
+        return list(self._assignment or [])
 
-    def get_watermark_offsets(self, partition: TopicPartition, **_: Any) -> tuple[int, int]:
+    def high_watermark(self, part: PartitionKey) -> int:
         with self._broker._lock:
-            return 0, len(self._broker._topics[partition.topic][partition.partition])
+            return len(self._broker._topics[part[0]][part[1]])
 
     def close(self) -> None:
         if self._closed:
@@ -279,26 +288,14 @@ class MemoryConsumer:
             self._closed = True
             b._rebalance(group)
 
-    def _take_commit_callbacks(self) -> list[list[TopicPartition]]:
+    def _take_commit_callbacks(self) -> int:
         with self._broker._lock:
-            pending, self._pending_commit_callbacks = self._pending_commit_callbacks, []
+            pending, self._pending_commit_callbacks = self._pending_commit_callbacks, 0
             return pending
 
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("Consumer closed")
-
-
-def _kafka_exception(reason: str) -> Exception:
-    from confluent_kafka import KafkaError, KafkaException
-
-    return KafkaException(KafkaError(KafkaError.ILLEGAL_GENERATION, reason))
-
-
-def _topic_partition(topic: str, partition: int, offset: int, metadata: str) -> TopicPartition:
-    if metadata:
-        return TopicPartition(topic, partition, offset, metadata)
-    return TopicPartition(topic, partition, offset)
 
 
 class MemoryProducer:

@@ -30,14 +30,24 @@ from typing import Any, Final, cast
 from urllib.parse import urlsplit
 
 import pulsar
-from confluent_kafka import OFFSET_INVALID, KafkaError, TopicPartition
 
-from consumers.engine.producer import ProducerFactory, ProducerLike
-from consumers.engine.source import ConsumerFactory, ConsumerLike
-from consumers.engine.tracker import decode_done
+from consumers.backends.base import (
+    NO_OFFSET,
+    Backend,
+    CommitOffset,
+    CommitResult,
+    ConsumerFactory,
+    ConsumerLike,
+    MessageLike,
+    PartitionKey,
+    PlainMessage,
+    ProducerFactory,
+    ProducerLike,
+    Rebalance,
+)
+from consumers.backends.metadata import decode_done
 from consumers.errors import BrokerError
 from consumers.landing.files import SourceIdentity, pack_pulsar_position
-from consumers.record import PlainMessage
 
 log = logging.getLogger("lanehouse.pulsar")
 #: pulsar-client's own (C++) log lines go here instead of stdout.
@@ -138,15 +148,13 @@ class _Held:
 class PulsarConsumer:
     """A ``ConsumerLike`` over one ``pulsar.Consumer`` (all the workload's topics)."""
 
-    def __init__(
-        self, settings: PulsarSettings, on_commit: Callable[[Any, list[TopicPartition]], None]
-    ) -> None:
+    def __init__(self, settings: PulsarSettings, on_commit: CommitResult) -> None:
         self._settings = settings
         self._on_commit = on_commit
         self._cumulative = settings.subscription_type in CUMULATIVE_TYPES
         self._client: pulsar.Client | None = None
         self._consumer: pulsar.Consumer | None = None
-        self._on_assign: Callable[[Any, list[TopicPartition]], None] | None = None
+        self._on_assign: Rebalance | None = None
         #: Pulsar topic name (a partition's own name for partitioned topics) → engine key.
         self._keys: dict[str, tuple[str, int]] = {}
         self._held: dict[tuple[str, int], _Held] = {}
@@ -155,9 +163,19 @@ class PulsarConsumer:
 
     # ------------------------------------------------------------ ConsumerLike
 
-    def subscribe(self, topics: list[str], **callbacks: Any) -> None:
+    def subscribe(
+        self,
+        topics: list[str],
+        *,
+        on_assign: Rebalance | None = None,
+        on_revoke: Rebalance | None = None,
+        on_lost: Rebalance | None = None,
+    ) -> None:
+        """Revokes never come: the subscription's partitions stay this consumer's until it
+        closes (the broker redelivers what it did not acknowledge). Callbacks left out are not
+        called (tests)."""
         settings = self._settings
-        self._on_assign = callbacks.get("on_assign")
+        self._on_assign = on_assign
         self._client = pulsar.Client(settings.service_url, **client_kwargs(settings.client_options))
         options = dict(settings.consumer_options)
         position = INITIAL_POSITIONS[options.pop("initial_position", "earliest")]
@@ -178,10 +196,10 @@ class PulsarConsumer:
                 f"cannot subscribe {settings.subscription!r} to {topics} on "
                 f"{settings.service_url}: {exc}"
             ) from exc
-        if self._on_assign is not None:
-            self._on_assign(self, self.assignment())
+        if on_assign is not None:
+            on_assign(list(self._held))
 
-    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
+    def consume(self, num_messages: int, timeout: float) -> list[MessageLike]:
         """Up to ``num_messages`` already-received messages, waiting at most ``timeout`` for the
         first; nothing (and no receive) while a partition is paused."""
         consumer = self._require()
@@ -189,7 +207,7 @@ class PulsarConsumer:
             time.sleep(max(timeout, 0))
             return []
         wait_ms = 0x7FFFFFFF if timeout < 0 else int(timeout * 1000)
-        out: list[Any] = []
+        out: list[MessageLike] = []
         try:
             msg = consumer.receive(wait_ms)
             while True:
@@ -203,15 +221,15 @@ class PulsarConsumer:
             pass
         return out
 
-    def commit(self, *, offsets: list[TopicPartition], asynchronous: bool) -> Any:
+    def commit(self, offsets: list[CommitOffset], asynchronous: bool) -> None:
         consumer = self._require()
-        error: KafkaError | None = None
-        for tp in offsets:
-            held = self._held.get((tp.topic, tp.partition))
+        error: str | None = None
+        for topic, partition, position, metadata in offsets:
+            held = self._held.get((topic, partition))
             if held is None:
                 continue
-            done = decode_done(tp.offset, tp.metadata) if tp.metadata else set()
-            below = held.release_below(tp.offset)
+            done = decode_done(position, metadata) if metadata else set()
+            below = held.release_below(position)
             above = [mid for off in sorted(done) if (mid := held.release(off)) is not None]
             try:
                 if self._cumulative and below:
@@ -222,46 +240,39 @@ class PulsarConsumer:
                     consumer.acknowledge(mid)
             except pulsar.PulsarException as exc:
                 # Released messages are redelivered after a restart: a replay, never a loss.
-                error = KafkaError(KafkaError._FAIL, f"acknowledge failed: {exc}")
+                error = f"acknowledge failed: {exc}"
         if asynchronous:
-            self._on_commit(error, offsets)
-            return None
-        if error is not None:
-            from confluent_kafka import KafkaException
+            self._on_commit(error)
+        elif error is not None:
+            raise BrokerError(error)
 
-            raise KafkaException(error)
-        return offsets
-
-    def committed(self, partitions: list[TopicPartition], timeout: float = -1) -> Any:
+    def committed(self, parts: list[PartitionKey], timeout: float) -> list[CommitOffset]:
         """Nothing: Pulsar keeps per-message acknowledgements, the offsets are per session."""
-        return [TopicPartition(tp.topic, tp.partition, OFFSET_INVALID) for tp in partitions]
+        return [(topic, partition, NO_OFFSET, "") for topic, partition in parts]
 
-    def pause(self, partitions: list[TopicPartition]) -> None:
-        self._paused.update((tp.topic, tp.partition) for tp in partitions)
+    def pause(self, parts: list[PartitionKey]) -> None:
+        self._paused.update(parts)
 
-    def resume(self, partitions: list[TopicPartition]) -> None:
-        self._paused.difference_update((tp.topic, tp.partition) for tp in partitions)
+    def resume(self, parts: list[PartitionKey]) -> None:
+        self._paused.difference_update(parts)
 
-    def assignment(self) -> list[TopicPartition]:
-        return [TopicPartition(topic, index) for topic, index in self._held]
-
-    def get_watermark_offsets(self, partition: TopicPartition, **kw: Any) -> tuple[int, int]:
-        """``(-1, high)`` where ``high - position`` estimates the backlog, else ``(-1, -1)``.
+    def high_watermark(self, part: PartitionKey) -> int:
+        """An end where ``end - position`` estimates the backlog, else -1.
 
         The estimate is the entries between the last one received and the topic's last one,
         available for one non-partitioned topic (one message per entry unless producers batch).
         """
-        held = self._held.get((partition.topic, partition.partition))
+        held = self._held.get(part)
         if held is None or len(self._held) != 1 or held.last_entry is None:
-            return (-1, -1)
+            return -1
         try:
             last = self._require().get_last_message_id()
         except pulsar.PulsarException:
-            return (-1, -1)
+            return -1
         ledger, entry = held.last_entry
         if last.ledger_id() != ledger:
-            return (-1, -1)
-        return (-1, held.next_offset + max(last.entry_id() - entry, 0))
+            return -1
+        return int(held.next_offset + max(last.entry_id() - entry, 0))
 
     def close(self) -> None:
         """Close quietly: whatever was not acknowledged is redelivered, so a failing close (the
@@ -295,7 +306,7 @@ class PulsarConsumer:
             self._held[key] = _Held()
             if announce and self._on_assign is not None:
                 # A partition added while running: announced before its first message.
-                self._on_assign(self, [TopicPartition(*key)])
+                self._on_assign([key])
         return key
 
     def _wrap(self, msg: pulsar.Message) -> PlainMessage | None:
@@ -390,7 +401,7 @@ class PulsarLandingPositions:
         self._consumer: PulsarConsumer | None = None
         self._factory = pulsar_consumer_factory(settings)
 
-    def factory(self, on_commit: Callable[[Any, list[TopicPartition]], None]) -> ConsumerLike:
+    def factory(self, on_commit: CommitResult) -> ConsumerLike:
         consumer = self._factory(on_commit)
         self._consumer = cast(PulsarConsumer, consumer)
         return consumer
@@ -408,10 +419,7 @@ class PulsarLandingPositions:
 def pulsar_consumer_factory(settings: PulsarSettings) -> ConsumerFactory:
     """A factory for :class:`consumers.engine.source.SourceThread`."""
 
-    def build(on_commit: Callable[[Any, list[TopicPartition]], None]) -> ConsumerLike:
-        return PulsarConsumer(settings, on_commit)
-
-    return build
+    return lambda on_commit: PulsarConsumer(settings, on_commit)
 
 
 # ---------------------------------------------------------------- producing
@@ -512,3 +520,13 @@ def pulsar_producer_factory(settings: PulsarSettings) -> ProducerFactory:
         return PulsarProducer(settings.service_url, settings.client_options)
 
     return build
+
+
+def pulsar_backend(settings: PulsarSettings, landing: bool) -> Backend:
+    """A workload's Pulsar clients; when it lands, rows are placed by message id (the engine's
+    Pulsar offsets are per session), so the consumer comes from :class:`PulsarLandingPositions`."""
+    producers = pulsar_producer_factory(settings)
+    if not landing:
+        return Backend("pulsar", pulsar_consumer_factory(settings), producers)
+    positions = PulsarLandingPositions(settings)
+    return Backend("pulsar", positions.factory, producers, positions.identify, positions.position)

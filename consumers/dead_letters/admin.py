@@ -47,7 +47,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from consumers.backends.kafka import ENGINE_OWNED
+from consumers.backends.kafka import ENGINE_OWNED, producer_properties
 from consumers.config.loading import parse_duration
 from consumers.config.spec import WorkloadSpec
 from consumers.dead_letters.headers import (
@@ -55,7 +55,6 @@ from consumers.dead_letters.headers import (
     decode_dead_letter,
     replay_headers,
 )
-from consumers.engine.producer import producer_properties
 from consumers.errors import BrokerError
 
 __all__ = [

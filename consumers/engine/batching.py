@@ -1,40 +1,27 @@
-"""Batch and unique modes: forming a batch from the ready lanes, and latest-per-key.
+"""Batch and unique modes: one handler call for a batch, then each record resolved on its own.
 
-A batch takes whole runs of records from ready lanes, in lane order, up to ``size`` records.
-Ordered lanes it takes from become busy until the batch is resolved, so no other call can run a
-later record of the same key (or virtual partition, or partition) meanwhile.
+A batch takes whole runs of records from ready lanes, in lane order, up to ``size`` records
+(:meth:`consumers.engine.ready.ReadyLanes.take_batch`). Ordered lanes it takes from stay busy
+until the batch is resolved, so no other call can run a later record of the same key (or
+virtual partition, or partition) meanwhile. ``unique`` hands the handler only the latest record
+of each key; the ones it superseded complete without a call.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Hashable
 
-from consumers.engine.lanes import Lane
+from consumers.clock import Clock
+from consumers.engine.caller import HandlerCaller
+from consumers.engine.counters import WorkloadCounters
+from consumers.engine.partition import Lane
+from consumers.engine.ready import ReadyLanes
+from consumers.engine.resolution import Resolver
+from consumers.engine.tap import Tap
+from consumers.engine.workers import Worker
 from consumers.record import Record
 
 Batch = list[tuple[Lane, list[Record]]]
-
-
-def take_batch(ready: deque[Lane], size: int) -> Batch:
-    """Pop up to ``size`` records from the ready lanes, whole lanes first, in lane order."""
-    taken: Batch = []
-    room = size
-    while ready and room > 0:
-        lane = ready.popleft()
-        lane.ready = False
-        if lane.part.closing:
-            continue
-        queue = lane.queue
-        records = [queue.popleft() for _ in range(min(room, len(queue)))]
-        room -= len(records)
-        if lane.ordered:
-            lane.busy = True
-        elif queue:  # an unordered lane with records left stays at the front
-            lane.ready = True
-            ready.appendleft(lane)
-        taken.append((lane, records))
-    return taken
 
 
 def latest_per_key(batch: Batch) -> tuple[list[Record], set[Record]]:
@@ -52,6 +39,61 @@ def latest_per_key(batch: Batch) -> tuple[list[Record], set[Record]]:
     return handled, superseded
 
 
-def queued_records(ready: deque[Lane]) -> int:
-    """Records waiting in ready lanes (what a batch could take now)."""
-    return sum(len(lane.queue) for lane in ready)
+class BatchCalls:
+    """Runs taken batches through the handler and resolves their records in lane order."""
+
+    def __init__(
+        self,
+        name: str,
+        unique: bool,
+        caller: HandlerCaller,
+        resolver: Resolver,
+        ready: ReadyLanes,
+        counters: WorkloadCounters,
+        clock: Clock,
+        tap: Tap | None,
+    ) -> None:
+        self._name = name
+        self._unique = unique
+        self._caller = caller
+        self._resolver = resolver
+        self._ready = ready
+        self._counters = counters
+        self._clock = clock
+        self._tap = tap
+
+    async def run(self, worker: Worker, batch: Batch) -> None:
+        records = [rec for _, recs in batch for rec in recs]
+        if self._unique:
+            handled, superseded = latest_per_key(batch)
+        else:
+            handled, superseded = records, set()
+        for rec in records:
+            rec._part.in_flight += 1
+        worker.record = handled[0]
+        worker.started = self._clock.now()
+        outcomes, error = await self._caller.call_batch(worker, handled)
+        worker.record = None
+        counters, resolver, tap = self._counters, self._resolver, self._tap
+        for lane, recs in batch:
+            held = False
+            part = lane.part
+            for i, rec in enumerate(recs):
+                part.in_flight -= 1
+                if held:
+                    continue
+                if part.revoked:
+                    counters.late_completions += 1
+                    continue
+                if rec in superseded:
+                    counters.superseded += 1
+                    resolver.done(rec, (), land=False)
+                    continue
+                outcome = outcomes.get(rec)
+                held = resolver.resolve(lane, rec, outcome, error)
+                if tap is not None:
+                    tap.handled(self._name, rec, outcome, error)
+                if held:  # later records of this lane go back behind the held one, in order
+                    lane.queue.extendleft(reversed(recs[i + 1 :]))
+            if not held:
+                self._ready.release(lane)

@@ -6,12 +6,9 @@ position or metadata moved since the last plan are sent again, so an idle worklo
 
 from __future__ import annotations
 
+from consumers.backends.base import CommitOffset, PartitionKey
+from consumers.backends.metadata import encode_done
 from consumers.engine.partition import PartitionState
-from consumers.engine.tracker import encode_done
-
-#: (topic, partition, offset, metadata) ready to commit.
-CommitOffset = tuple[str, int, int, str]
-PartitionKey = tuple[str, int]
 
 
 class CommitPlanner:

@@ -15,74 +15,16 @@ import asyncio
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol, cast
+from collections.abc import Callable
 
-from confluent_kafka import KafkaError, Producer
+from consumers.backends.base import ProducerFactory
 
 log = logging.getLogger("lanehouse.producer")
-
-#: Client properties that only a consumer understands (a producer logs a warning for each).
-CONSUMER_ONLY = frozenset(
-    {
-        "auto.commit.enable",
-        "auto.commit.interval.ms",
-        "auto.offset.reset",
-        "check.crcs",
-        "consume.callback.max.messages",
-        "coordinator.query.interval.ms",
-        "enable.auto.commit",
-        "enable.auto.offset.store",
-        "enable.partition.eof",
-        "group.id",
-        "group.instance.id",
-        "group.protocol",
-        "group.protocol.type",
-        "group.remote.assignor",
-        "heartbeat.interval.ms",
-        "isolation.level",
-        "max.partition.fetch.bytes",
-        "max.poll.interval.ms",
-        "offset.store.method",
-        "partition.assignment.strategy",
-        "session.timeout.ms",
-    }
-)
-CONSUMER_ONLY_PREFIXES = ("fetch.", "queued.")
 
 Done = Callable[[str | None], None]
 Headers = list[tuple[str, bytes]] | None
 #: Seconds before records refused for a full client queue are handed over again.
 BACKLOG_RETRY_SECONDS = 0.005
-
-
-class ProducerLike(Protocol):
-    """The subset of ``confluent_kafka.Producer`` the engine uses."""
-
-    def produce(self, topic: str, value: Any = None, key: Any = None, **kw: Any) -> None: ...
-    def poll(self, timeout: float = -1) -> int: ...
-    def flush(self, timeout: float = -1) -> int: ...
-    def close(self) -> Any: ...
-
-
-ProducerFactory = Callable[[], ProducerLike]
-
-
-def producer_properties(client_config: Mapping[str, Any]) -> dict[str, Any]:
-    """A consumer's client properties without the ones a producer does not know (it would warn
-    about each): the same security and connection settings reach the workload's producers."""
-    return {
-        k: v
-        for k, v in client_config.items()
-        if k not in CONSUMER_ONLY and not k.startswith(CONSUMER_ONLY_PREFIXES)
-    }
-
-
-def kafka_producer_factory(client_config: Mapping[str, Any]) -> ProducerFactory:
-    """An idempotent producer (ordered, no duplicates on internal retries) for a workload."""
-    config = producer_properties(client_config)
-    config.update({"enable.idempotence": True, "linger.ms": 5})
-    return lambda: cast(ProducerLike, Producer(config))
 
 
 class AckedProducer:
@@ -131,7 +73,7 @@ class AckedProducer:
                 self._finish(on_done, "the producer is closed")
                 continue
 
-            def delivered(err: KafkaError | None, _msg: object, on_done: Done = on_done) -> None:
+            def delivered(err: object, _msg: object, on_done: Done = on_done) -> None:
                 loop.call_soon_threadsafe(self._finish, on_done, None if err is None else str(err))
 
             try:

@@ -35,10 +35,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from consumers.backends.base import Position
 from consumers.clock import Clock
 from consumers.dead_letters.headers import encode_dead_letter_headers
+from consumers.engine.counters import WorkloadCounters
 from consumers.engine.producer import AckedProducer
-from consumers.engine.workers import WorkloadCounters
 from consumers.errors import BrokerError, DeadLetterRatioExceeded, HandlerError, LandingError
 from consumers.landing.files import LandedRow, SourceIdentity
 from consumers.landing.sink import LandingSink
@@ -46,15 +47,9 @@ from consumers.outcomes import DeadLetter, Drop, Forward, Land, Outcome, OutputR
 from consumers.record import Record
 
 if TYPE_CHECKING:
-    from consumers.engine.lanes import Lane
-    from consumers.engine.partition import PartitionState
+    from consumers.engine.partition import Lane, PartitionState
 
 log = logging.getLogger("lanehouse.outcomes")
-
-
-#: The lake position of (topic, partition, engine offset), for sources whose offsets are not
-#: stable across sessions (Pulsar's message ids).
-Position = Callable[[str, int, int], int]
 
 
 @dataclass(frozen=True)
@@ -218,7 +213,7 @@ class Resolver:
             self._complete(rec)
             return
         rec._outputs = list(outputs)
-        self._emit(rec._part)  # type: ignore[arg-type]
+        self._emit(rec._part)
 
     # ------------------------------------------------------------------ landing
 
@@ -287,7 +282,7 @@ class Resolver:
         self._send_dead_letter(rec, headers)
         if self.sequenced:
             rec._outputs = []
-            self._emit(rec._part)  # type: ignore[arg-type]
+            self._emit(rec._part)
         return False
 
     def _send_dead_letter(self, rec: Record, headers: list[tuple[str, bytes]]) -> None:

@@ -16,28 +16,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from consumers.clock import Clock
-from consumers.engine.batching import Batch, latest_per_key, queued_records, take_batch
-from consumers.engine.commits import CommitOffset, CommitPlanner, PartitionKey
-from consumers.engine.lanes import Lane, Ordering, lane_router
-from consumers.engine.partition import PartitionState
+from consumers.backends.base import CommitOffset, Identify, MessageLike, PartitionKey, Position
+from consumers.clock import Clock, first_of, wait_for
+from consumers.engine.batching import BatchCalls
+from consumers.engine.caller import HandlerCaller
+from consumers.engine.commits import CommitPlanner
+from consumers.engine.counters import WorkloadCounters
+from consumers.engine.lanes import Ordering, lane_router
+from consumers.engine.partition import Lane, PartitionState
 from consumers.engine.producer import AckedProducer
-from consumers.engine.resolution import DeadLetterPolicy, Position, Resolver, RetryPolicy
+from consumers.engine.ready import ReadyLanes
+from consumers.engine.resolution import DeadLetterPolicy, Resolver, RetryPolicy
 from consumers.engine.tap import Tap
-from consumers.engine.workers import Worker, WorkloadCounters, first_of, wait_for
-from consumers.execution.caller import HandlerCaller
+from consumers.engine.workers import Worker
 from consumers.execution.executors import MAX_HANDOFF_BYTES, Executor, Handler
 from consumers.execution.interceptors import Interceptor
 from consumers.landing.files import SourceIdentity, clear_from
 from consumers.landing.sink import LandingSettings, LandingSink
-from consumers.outcomes import outcome_name
 from consumers.permits.pool import PermitPool
-from consumers.record import MessageLike, Record
+from consumers.record import Record
 
 log = logging.getLogger("lanehouse.engine")
 
@@ -95,10 +96,6 @@ def default_max_buffered(concurrency: int) -> int:
     return max(10_000, 40 * concurrency)
 
 
-#: The identity of each topic's current incarnation (looked up at every assignment).
-Identify = Callable[[list[str]], dict[str, SourceIdentity]]
-
-
 class WorkloadRunner:
     """Runs one workload's records through lanes and permits; see the module docstring."""
 
@@ -143,7 +140,7 @@ class WorkloadRunner:
         self._buffer_limit = settings.buffer_limit
         self._route = lane_router(settings.ordering, settings.virtual_partitions)
         self._ordered = settings.ordering != "none"
-        self._ready: deque[Lane] = deque()
+        self._ready = ReadyLanes()
         self._workers: set[Worker] = set()
         #: Workers spawned that have not picked their first lane yet.
         self._starting = 0
@@ -181,6 +178,16 @@ class WorkloadRunner:
             position=position,
         )
         self._sequenced = self._resolver.sequenced
+        self._batches = BatchCalls(
+            settings.name,
+            settings.mode == "unique",
+            self._caller,
+            self._resolver,
+            self._ready,
+            self.counters,
+            clock,
+            tap,
+        )
         self._batched = settings.mode != "single"
         #: Set when records arrive, for batch workers gathering a batch.
         self._arrivals = asyncio.Event()
@@ -386,14 +393,7 @@ class WorkloadRunner:
                 counters.skipped += 1
                 self._resolver.done(rec, (), land=False)  # a previous owner landed it
                 continue
-            lane_id = route(key)
-            lane = part.lanes.get(lane_id)
-            if lane is None:
-                lane = part.lanes[lane_id] = Lane(lane_id, part, ordered)
-            lane.queue.append(rec)
-            if not lane.ready and not lane.busy:
-                lane.ready = True
-                ready.append(lane)
+            ready.file(part, route(key), ordered, rec)
         counters.consumed += consumed
         if part is not None:
             self._pause_if_full(part)
@@ -412,10 +412,10 @@ class WorkloadRunner:
     def _runnable(self) -> int:
         """How many workers could start now (records, or batches in batch modes)."""
         if self._batched:
-            return -(-queued_records(self._ready) // self.settings.batch_size)
+            return -(-self._ready.queued_records() // self.settings.batch_size)
         if self._ordered:
             return len(self._ready)
-        return queued_records(self._ready)
+        return self._ready.queued_records()
 
     def _start_workers(self, fan_out: int = 0) -> None:
         """Spawn workers for the runnable work, as far as permits allow.
@@ -452,6 +452,7 @@ class WorkloadRunner:
 
     async def _work(self, worker: Worker) -> None:
         ready = self._ready
+        take, release = ready.take, ready.release
         now = self._clock.now
         immediate = self._resolver.immediate
         tap = self._tap
@@ -464,22 +465,9 @@ class WorkloadRunner:
         chained = False
         turn_ends = now() + TURN
         try:
-            while ready and not self._stopping:
-                lane = ready.popleft()
+            while not self._stopping and (taken := take()) is not None:
+                lane, rec = taken
                 part = lane.part
-                if part.closing:
-                    lane.ready = False
-                    continue
-                rec = lane.queue.popleft()
-                if lane.ordered:
-                    lane.busy = True
-                    lane.ready = False
-                elif lane.queue:
-                    ready.appendleft(lane)
-                else:
-                    lane.ready = False
-                    if part.lanes.get(lane.lane_id) is lane:  # a retry may have left it
-                        del part.lanes[lane.lane_id]
                 part.in_flight += 1
                 if not chained:  # the next worker, for the work left (see _start_workers)
                     chained = True
@@ -498,17 +486,10 @@ class WorkloadRunner:
                         finish(rec, part, now())  # plain success: the hot path
                     else:
                         held = self._resolver.resolve(lane, rec, outcome, error)
-                    if tap is not None and tap.active(name):
-                        tap.publish(name, rec, outcome_name(outcome, error))
-                if held:
-                    pass  # a retry or a parked record keeps its lane busy: its key waits
-                elif lane.ordered:
-                    lane.busy = False
-                    if lane.queue and not part.closing:
-                        lane.ready = True
-                        ready.append(lane)
-                    elif not lane.queue and part.lanes.get(lane.lane_id) is lane:
-                        del part.lanes[lane.lane_id]
+                    if tap is not None:
+                        tap.handled(name, rec, outcome, error)
+                if not held:  # a retry or a parked record keeps its lane busy: its key waits
+                    release(lane)
                 progress.set()
                 if should_yield(permits):
                     break
@@ -532,7 +513,7 @@ class WorkloadRunner:
         try:
             while ready and not self._stopping:
                 deadline = clock.now() + self.settings.batch_max_wait
-                while queued_records(ready) < size and not self._stopping:
+                while ready.queued_records() < size and not self._stopping:
                     remaining = deadline - clock.now()
                     if remaining <= 0:
                         break
@@ -540,12 +521,12 @@ class WorkloadRunner:
                     await first_of(self._arrivals.wait(), clock.sleep(remaining))
                 if self.stopping:  # a drain began while gathering: no new batch starts
                     break
-                batch = take_batch(ready, size)
+                batch = ready.take_batch(size)
                 if not batch:
                     continue
                 gathering = False
                 self._starting -= 1
-                await self._run_batch(worker, batch)
+                await self._batches.run(worker, batch)
                 self._progress.set()
                 self._starting += 1
                 gathering = True
@@ -559,46 +540,6 @@ class WorkloadRunner:
             self._pool.release(self._permits)
             if ready and not self._stopping:
                 self._start_workers()
-
-    async def _run_batch(self, worker: Worker, batch: Batch) -> None:
-        records = [rec for _, recs in batch for rec in recs]
-        if self.settings.mode == "unique":
-            handled, superseded = latest_per_key(batch)
-        else:
-            handled, superseded = records, set()
-        for rec in records:
-            rec._part.in_flight += 1  # type: ignore[union-attr]
-        worker.record = handled[0]
-        worker.started = self._clock.now()
-        outcomes, error = await self._caller.call_batch(worker, handled)
-        worker.record = None
-        for lane, recs in batch:
-            held = False
-            part = lane.part
-            for i, rec in enumerate(recs):
-                part.in_flight -= 1
-                if held:
-                    continue
-                if part.revoked:
-                    self.counters.late_completions += 1
-                    continue
-                if rec in superseded:
-                    self.counters.superseded += 1
-                    self._resolver.done(rec, (), land=False)
-                    continue
-                outcome = outcomes.get(rec)
-                held = self._resolver.resolve(lane, rec, outcome, error)
-                if self._tap is not None and self._tap.active(self.settings.name):
-                    self._tap.publish(self.settings.name, rec, outcome_name(outcome, error))
-                if held:  # later records of this lane go back behind the held one, in order
-                    lane.queue.extendleft(reversed(recs[i + 1 :]))
-            if not held and lane.ordered:
-                lane.busy = False
-                if lane.queue and not part.closing:
-                    lane.ready = True
-                    self._ready.append(lane)
-                elif not lane.queue and part.lanes.get(lane.lane_id) is lane:
-                    del part.lanes[lane.lane_id]
 
     def _complete(self, rec: Record) -> None:
         """The record's outcome is durable: it may now be committed past."""
@@ -630,21 +571,8 @@ class WorkloadRunner:
         return sum(landing.pending(p.topic, p.partition) for p in self.parts.values())
 
     def _requeue(self, lane: Lane, rec: Record) -> None:
-        """A retry is due: the record goes back to the front of its lane, the lane to the front
-        of the ready queue (its key has waited long enough)."""
-        part = lane.part
-        if part.closing:
-            return
-        current = part.lanes.setdefault(lane.lane_id, lane)
-        if current is not lane:
-            # Unordered: the lane emptied and went while the record waited, and records that
-            # arrived since got a new one; the retry joins it (no order to keep).
-            lane = current
-        lane.queue.appendleft(rec)
-        lane.busy = False
-        if not lane.ready:
-            lane.ready = True
-            self._ready.appendleft(lane)
+        """A retry is due: its record runs next in its lane (:meth:`ReadyLanes.requeue`)."""
+        self._ready.requeue(lane, rec)
         self._start_workers()
 
     def _fail_workload(self, error: BaseException) -> None:

@@ -12,7 +12,8 @@ Backpressure never blocks this thread: full partitions are *paused* and the thre
 polling. Only the hand-off to the loop is bounded (a couple of batches), waited on in short
 slices so commands and callbacks keep flowing.
 
-Any client with confluent-kafka's ``Consumer`` API works: the real one and the in-memory one.
+Any client that keeps the broker contract (:mod:`consumers.backends.base`) works: Kafka, Pulsar
+and the in-memory broker.
 """
 
 from __future__ import annotations
@@ -24,15 +25,18 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
-
-from consumers.engine.commits import CommitOffset, PartitionKey
+from consumers.backends.base import (
+    NO_OFFSET,
+    CommitOffset,
+    ConsumerFactory,
+    ConsumerLike,
+    PartitionKey,
+)
+from consumers.backends.metadata import decode_done
 from consumers.engine.partition import PartitionState
 from consumers.engine.runner import WorkloadRunner
-from consumers.engine.tracker import decode_done
 from consumers.errors import BrokerError, EngineError
 
 log = logging.getLogger("lanehouse.source")
@@ -42,24 +46,6 @@ MAX_HANDOFF_BATCHES = 2
 #: Records ingested per loop callback before timers and handlers get a turn.
 INGEST_SLICE = 1000
 WATERMARK_REFRESH_SECONDS = 1.0
-
-
-class ConsumerLike(Protocol):
-    """The subset of ``confluent_kafka.Consumer`` the engine uses."""
-
-    def subscribe(self, topics: list[str], **callbacks: Any) -> None: ...
-    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]: ...
-    def commit(self, *, offsets: list[TopicPartition], asynchronous: bool) -> Any: ...
-    def committed(self, partitions: list[TopicPartition], timeout: float = -1) -> Any: ...
-    def pause(self, partitions: list[TopicPartition]) -> None: ...
-    def resume(self, partitions: list[TopicPartition]) -> None: ...
-    def assignment(self) -> list[TopicPartition]: ...
-    def get_watermark_offsets(self, partition: TopicPartition, **kw: Any) -> tuple[int, int]: ...
-    def close(self) -> None: ...
-
-
-#: Builds a client; receives the engine's ``on_commit`` callback for its configuration.
-ConsumerFactory = Callable[[Callable[[Any, list[TopicPartition]], None]], ConsumerLike]
 
 
 class SourceThread:
@@ -92,6 +78,7 @@ class SourceThread:
         self._intake_open = True
         self._shutting_down = False
         self._closed = False
+        self._consumer: ConsumerLike | None = None
         self._thread = threading.Thread(target=self._run, name=f"lh-source-{name}", daemon=True)
         self.assigned: dict[PartitionKey, PartitionState] = {}
         self.failed: asyncio.Future[None] = loop.create_future()
@@ -136,7 +123,7 @@ class SourceThread:
     def _run(self) -> None:
         consumer: ConsumerLike | None = None
         try:
-            consumer = self._factory(self._on_commit)
+            consumer = self._consumer = self._factory(self._on_commit)
             consumer.subscribe(
                 self._topics,
                 on_assign=self._on_assign,
@@ -221,16 +208,15 @@ class SourceThread:
             if verb == "commit":
                 self._commit(consumer, arg, asynchronous=True)
             elif verb in ("pause", "resume"):
-                tps = [TopicPartition(t, p) for t, p in arg if (t, p) in self.assigned]
-                if tps:
+                keys = [key for key in arg if key in self.assigned]
+                if keys:
                     try:
-                        getattr(consumer, verb)(tps)
-                    except KafkaException as exc:
+                        getattr(consumer, verb)(keys)
+                    except BrokerError as exc:
                         log.warning("workload %s: %s failed: %s", self.name, verb, exc)
             elif verb == "pause_all":
-                tps = [TopicPartition(t, p) for t, p in self.assigned]
-                if tps:
-                    consumer.pause(tps)
+                if self.assigned:
+                    consumer.pause(list(self.assigned))
             elif verb == "close":
                 self._commit(consumer, arg, asynchronous=False)
                 consumer.close()
@@ -240,60 +226,47 @@ class SourceThread:
     def _commit(
         self, consumer: ConsumerLike, offsets: list[CommitOffset], asynchronous: bool
     ) -> None:
-        tps = [
-            TopicPartition(t, p, off, metadata) if metadata else TopicPartition(t, p, off)
-            for t, p, off, metadata in offsets
-            if (t, p) in self.assigned
-        ]
-        if not tps:
+        owned = [offset for offset in offsets if (offset[0], offset[1]) in self.assigned]
+        if not owned:
             return
         try:
-            result = consumer.commit(offsets=tps, asynchronous=asynchronous)
-        except KafkaException as exc:
-            # A failed commit means replays after a restart, never a loss.
-            self.commit_failures += 1
-            log.warning("workload %s: commit failed: %s", self.name, exc)
+            consumer.commit(owned, asynchronous)
+        except BrokerError as exc:
+            self._on_commit(str(exc))
             return
         if not asynchronous:
-            self._count_commit(None, result or [])
+            self._on_commit(None)
 
-    def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
-        self._count_commit(err, partitions)
-
-    def _count_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
-        failed = err is not None or any(tp.error is not None for tp in partitions)
-        if failed:
+    def _on_commit(self, failure: str | None) -> None:
+        """Count a commit's outcome. A failed commit means replays after a restart, never a
+        loss."""
+        if failure is not None:
             self.commit_failures += 1
-            log.warning("workload %s: commit failed: %s", self.name, err or partitions)
+            log.warning("workload %s: commit failed: %s", self.name, failure)
         else:
             self.commits += 1
 
     def _refresh_watermarks(self, consumer: ConsumerLike) -> None:
-        for (topic, partition), part in list(self.assigned.items()):
-            try:
-                _, high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), cached=True
-                )
-            except KafkaException:
-                continue
+        for key, part in list(self.assigned.items()):
+            high = consumer.high_watermark(key)
             if high >= 0:
                 part.high_watermark = high
 
     # ------------------------------------------------------------ rebalance callbacks
 
-    def _on_assign(self, consumer: ConsumerLike, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, keys: list[PartitionKey]) -> None:
         self.rebalances += 1
+        assert self._consumer is not None
         try:
-            committed = consumer.committed(partitions, timeout=10)
-        except KafkaException as exc:
+            committed = self._consumer.committed(keys, timeout=10)
+        except BrokerError as exc:
             log.warning("workload %s: reading committed offsets failed: %s", self.name, exc)
-            committed = partitions
+            committed = [(topic, partition, NO_OFFSET, "") for topic, partition in keys]
         parts = []
-        for tp in committed:
-            skip = decode_done(tp.offset, tp.metadata) if tp.offset >= 0 else set()
-            position = tp.offset if tp.offset >= 0 else None
-            part = PartitionState(tp.topic, tp.partition, skip, position)
-            self.assigned[(tp.topic, tp.partition)] = part
+        for topic, partition, offset, metadata in committed:
+            skip = decode_done(offset, metadata) if offset >= 0 else set()
+            part = PartitionState(topic, partition, skip, offset if offset >= 0 else None)
+            self.assigned[(topic, partition)] = part
             parts.append(part)
         log.info(
             "workload %s: assigned %s", self.name, [f"{p.topic}[{p.partition}]" for p in parts]
@@ -303,16 +276,13 @@ class SourceThread:
         self._runner.prepare_assignment(parts)
         self._post(("assign", parts))
 
-    def _on_revoke(self, consumer: ConsumerLike, partitions: list[TopicPartition]) -> None:
-        self._release(consumer, partitions, commit=True)
+    def _on_revoke(self, keys: list[PartitionKey]) -> None:
+        self._release(keys, commit=True)
 
-    def _on_lost(self, consumer: ConsumerLike, partitions: list[TopicPartition]) -> None:
-        self._release(consumer, partitions, commit=False)
+    def _on_lost(self, keys: list[PartitionKey]) -> None:
+        self._release(keys, commit=False)
 
-    def _release(
-        self, consumer: ConsumerLike, partitions: list[TopicPartition], commit: bool
-    ) -> None:
-        keys = [(tp.topic, tp.partition) for tp in partitions]
+    def _release(self, keys: list[PartitionKey], commit: bool) -> None:
         log.info("workload %s: revoking %s (commit=%s)", self.name, keys, commit)
         if self._shutting_down or not keys:
             # Shutdown already drained and committed everything before close().
@@ -328,7 +298,8 @@ class SourceThread:
             log.error("workload %s: revoke drain failed: %s", self.name, exc)
             offsets = []
         if commit and offsets:
-            self._commit(consumer, offsets, asynchronous=False)
+            assert self._consumer is not None
+            self._commit(self._consumer, offsets, asynchronous=False)
         for key in keys:
             self.assigned.pop(key, None)
 

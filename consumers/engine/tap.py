@@ -21,6 +21,8 @@ import threading
 import time
 from typing import Any
 
+from consumers.errors import HandlerError
+from consumers.outcomes import Outcome, outcome_name
 from consumers.record import Record
 
 #: One handled-record event, JSON-ready (see :meth:`Tap.publish` for the fields).
@@ -64,6 +66,14 @@ class Tap:
     def active(self, workload: str) -> bool:
         """Whether anyone listens to ``workload`` (the engine publishes only then)."""
         return workload in self._subs
+
+    def handled(
+        self, workload: str, record: Record, outcome: Outcome, error: HandlerError | None
+    ) -> None:
+        """Publish a handled record under its outcome's label if anyone listens (the check is
+        all it costs otherwise)."""
+        if workload in self._subs:
+            self.publish(workload, record, outcome_name(outcome, error))
 
     def publish(self, workload: str, record: Record, outcome: str) -> None:
         """Offer one event to every subscriber of ``workload``; never blocks, never raises."""

@@ -30,8 +30,7 @@ import secrets
 import socket
 from collections.abc import Callable
 
-from consumers.clock import Clock, RealClock
-from consumers.engine.workers import first_of
+from consumers.clock import Clock, RealClock, first_of
 from consumers.permits.pool import PermitClient, PermitPool
 from consumers.permits.store import LeaseReport, PermitStore, PermitStoreError, Renewal
 

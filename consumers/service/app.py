@@ -18,13 +18,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from consumers.clock import Clock, RealClock
-from consumers.engine.producer import AckedProducer, ProducerFactory
-from consumers.engine.resolution import Position
-from consumers.engine.runner import Identify, RunnerSettings, WorkloadRunner
-from consumers.engine.source import ConsumerFactory, SourceThread
+from consumers.backends.base import ConsumerFactory, Identify, Position, ProducerFactory
+from consumers.clock import Clock, RealClock, first_of
+from consumers.engine.producer import AckedProducer
+from consumers.engine.runner import RunnerSettings, WorkloadRunner
+from consumers.engine.source import SourceThread
 from consumers.engine.tap import Tap
-from consumers.engine.workers import first_of
 from consumers.errors import LanehouseError
 from consumers.execution.executors import Handler
 from consumers.execution.interceptors import Interceptor

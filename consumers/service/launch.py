@@ -5,17 +5,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from consumers.backends.kafka import kafka_consumer_factory, kafka_identities
+from consumers.backends.base import Backend
+from consumers.backends.kafka import kafka_backend
 from consumers.config.loading import import_callable
 from consumers.config.platform import PlatformConfig, load_platform_config
-from consumers.config.spec import PulsarSourceSpec, WorkloadSpec, resolve_handler, spec_hash
+from consumers.config.spec import (
+    KafkaSourceSpec,
+    WorkloadSpec,
+    resolve_handler,
+    spec_hash,
+)
 from consumers.engine import event_loop
-from consumers.engine.producer import ProducerFactory, kafka_producer_factory
-from consumers.engine.resolution import DeadLetterPolicy, Position, RetryPolicy
-from consumers.engine.runner import Identify, RunnerSettings
-from consumers.engine.source import ConsumerFactory
+from consumers.engine.resolution import DeadLetterPolicy, RetryPolicy
+from consumers.engine.runner import RunnerSettings
 from consumers.errors import LanehouseError
 from consumers.execution.interceptors import load_interceptor
 from consumers.landing.files import default_lake
@@ -23,9 +26,6 @@ from consumers.landing.sink import LandingSettings
 from consumers.permits.pool import LocalPermitPool, PermitPool
 from consumers.service.app import ConsumerApp, Workload, WorkloadSummary
 from consumers.service.http import serve as serve_http
-
-if TYPE_CHECKING:
-    from consumers.backends.pulsar import PulsarSettings
 
 log = logging.getLogger("lanehouse.run")
 
@@ -79,57 +79,39 @@ def settings_from_spec(spec: WorkloadSpec, lake: Path | None = None) -> RunnerSe
     )
 
 
-def client_factories(spec: WorkloadSpec) -> tuple[ConsumerFactory, ProducerFactory]:
-    """The consumer and producer factories for the spec's source kind."""
+def backend_for(spec: WorkloadSpec) -> Backend:
+    """The spec's broker kind as the engine's :class:`Backend` (its clients and, when the
+    workload lands, how its lake names and places rows). pulsar-client is imported only for
+    Pulsar workloads."""
     source = spec.source
-    if isinstance(source, PulsarSourceSpec):
-        from consumers.backends.pulsar import pulsar_consumer_factory, pulsar_producer_factory
+    landing = spec.landing is not None
+    if isinstance(source, KafkaSourceSpec):
+        return kafka_backend(spec.client_config(), landing)
+    from consumers.backends.pulsar import PulsarSettings, pulsar_backend
 
-        settings = pulsar_settings(source)
-        return pulsar_consumer_factory(settings), pulsar_producer_factory(settings)
-    config = spec.client_config()
-    return kafka_consumer_factory(config), kafka_producer_factory(config)
-
-
-def pulsar_settings(source: PulsarSourceSpec) -> PulsarSettings:
-    from consumers.backends.pulsar import PulsarSettings
-
-    return PulsarSettings(
+    settings = PulsarSettings(
         service_url=source.service_url,
         subscription=source.subscription,
         subscription_type=source.subscription_type,
         client_options=source.client_options(),
         consumer_options=source.consumer_options(),
     )
+    return pulsar_backend(settings, landing)
 
 
 def workload_from_spec(spec: WorkloadSpec, lake: Path | None = None) -> Workload:
-    """Bind a spec to its handler and its broker's client factories (imports the handler)."""
-    consumer_factory, producer_factory = client_factories(spec)
-    identify: Identify | None = None
-    position: Position | None = None
-    if spec.landing is not None:
-        if isinstance(spec.source, PulsarSourceSpec):
-            from consumers.backends.pulsar import PulsarLandingPositions
-
-            positions = PulsarLandingPositions(pulsar_settings(spec.source))
-            consumer_factory, identify, position = (
-                positions.factory,
-                positions.identify,
-                positions.position,
-            )
-        else:
-            identify = kafka_identities(spec.client_config())
+    """Bind a spec to its handler and its broker's backend (imports the handler)."""
+    backend = backend_for(spec)
     return Workload(
         settings=settings_from_spec(spec, lake),
         handler=resolve_handler(spec),
         topics=list(spec.source.topics),
-        consumer_factory=consumer_factory,
+        consumer_factory=backend.consumer_factory,
         pool=spec.permits.pool,
-        producer_factory=producer_factory,
+        producer_factory=backend.producer_factory,
         interceptors=tuple(load_interceptor(import_callable(path)) for path in spec.interceptors),
-        identify=identify,
-        position=position,
+        identify=backend.identify,
+        position=backend.position,
     )
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pulsar
 import pytest
-from confluent_kafka import TopicPartition
 
+from consumers.backends.metadata import encode_done
 from consumers.backends.pulsar import (
     PulsarConsumer,
     PulsarProducer,
@@ -27,7 +27,6 @@ from consumers.dev.embedded.pulsar import PulsarLiteBroker, start_pulsar_lite
 from consumers.dev.embedded.tansu import TansuBroker
 from consumers.dev.sample import produce_sample
 from consumers.engine.runner import RunnerSettings
-from consumers.engine.tracker import encode_done
 from consumers.errors import BrokerError
 from consumers.record import Record
 from consumers.service.app import ConsumerApp, Workload
@@ -133,7 +132,7 @@ def test_a_redelivery_of_a_held_message_is_dropped(backend: PulsarBackend) -> No
         while consumer.redelivered < 10 and time.monotonic() < deadline:
             assert consumer.consume(100, 0.2) == [], "a held message came back as a new record"
         assert consumer.redelivered == 10
-        consumer.commit(offsets=[TopicPartition(topic, 0, 10)], asynchronous=False)
+        consumer.commit([(topic, 0, 10, "")], asynchronous=False)
     finally:
         consumer.close()
     assert unacknowledged(backend.broker, "g-redeliver", topic) == []
@@ -148,8 +147,7 @@ def test_commit_acknowledges_below_the_position_and_done_offsets_above(
     consumer = held_consumer(backend, topic, "g-holes")
     try:
         received = consume_exactly(consumer, 10)
-        tp = TopicPartition(topic, 0, 4, encode_done(4, {6, 8}))
-        consumer.commit(offsets=[tp], asynchronous=False)
+        consumer.commit([(topic, 0, 4, encode_done(4, {6, 8}))], asynchronous=False)
     finally:
         consumer.close()
     assert [m.offset() for m in received] == list(range(10))
@@ -162,9 +160,9 @@ def test_backlog_estimate_counts_what_was_not_received_yet(backend: PulsarBacken
     backend.produce(topic, keyed_stream(100, keys=5))  # unbatched: one message per entry
     consumer = held_consumer(backend, topic, "g-lag")
     try:
-        assert consumer.get_watermark_offsets(TopicPartition(topic, 0)) == (-1, -1)
+        assert consumer.high_watermark((topic, 0)) == -1
         consume_exactly(consumer, 10)
-        assert consumer.get_watermark_offsets(TopicPartition(topic, 0)) == (-1, 100)
+        assert consumer.high_watermark((topic, 0)) == 100
     finally:
         consumer.close()
 

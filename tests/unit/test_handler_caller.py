@@ -10,8 +10,9 @@ import time
 import pytest
 
 from consumers.clock import RealClock
-from consumers.engine.workers import Worker, WorkloadCounters
-from consumers.execution.caller import HandlerCaller
+from consumers.engine.caller import HandlerCaller
+from consumers.engine.counters import WorkloadCounters
+from consumers.engine.workers import Worker
 from consumers.execution.inline import LIMIT, PROVE_CALLS
 from consumers.record import Record
 

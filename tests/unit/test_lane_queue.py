@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumers.engine.lanes import LaneQueue
+from consumers.engine.partition import LaneQueue
 
 operations = st.lists(
     st.one_of(

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException, TopicPartition
 
-from consumers.backends.memory import OFFSET_INVALID, MemoryBroker, MemoryConsumer
+from consumers.backends.base import NO_OFFSET, CommitOffset, PartitionKey
+from consumers.backends.memory import MemoryBroker, MemoryConsumer
+from consumers.errors import BrokerError
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.unit
@@ -29,19 +29,17 @@ class Member:
     def subscribe(self) -> None:
         self.consumer.subscribe([TOPIC], on_assign=self._on_assign, on_revoke=self._on_revoke)
 
-    def _on_assign(self, consumer: Any, tps: list[TopicPartition]) -> None:
-        assert consumer is self.consumer
-        self.log.append((self.name, "assign", [tp.partition for tp in tps]))
+    def _on_assign(self, parts: list[PartitionKey]) -> None:
+        self.log.append((self.name, "assign", [p for _, p in parts]))
 
-    def _on_revoke(self, consumer: Any, tps: list[TopicPartition]) -> None:
-        assert consumer is self.consumer
-        self.log.append((self.name, "revoke", [tp.partition for tp in tps]))
+    def _on_revoke(self, parts: list[PartitionKey]) -> None:
+        self.log.append((self.name, "revoke", [p for _, p in parts]))
 
     def poll(self) -> list[tuple[int, int]]:
         return [(m.partition(), m.offset()) for m in self.consumer.consume(100, timeout=0)]
 
     def owned(self) -> list[int]:
-        return sorted(tp.partition for tp in self.consumer.assignment())
+        return sorted(p for _, p in self.consumer.assignment())
 
 
 def _only(consumer: MemoryConsumer, partitions: int = 1) -> None:
@@ -80,7 +78,7 @@ def test_produce_and_consume_with_offsets() -> None:
     assert [(m.partition(), m.offset(), m.value()) for m in consumer.consume(100, 0)] == [
         (1, 3, b"late")
     ]
-    assert consumer.get_watermark_offsets(TopicPartition(TOPIC, 1)) == (0, 4)
+    assert consumer.high_watermark((TOPIC, 1)) == 4
     consumer.close()
 
 
@@ -123,33 +121,29 @@ def test_offset_gaps_are_never_delivered() -> None:
 def test_commit_with_metadata_round_trips() -> None:
     broker = MemoryBroker()
     broker.create_topic(TOPIC, partitions=3)
-    commits: list[list[TopicPartition]] = []
-    consumer = broker.consumer("g", on_commit=lambda err, tps: commits.append(tps))
+    commits: list[str | None] = []
+    consumer = broker.consumer("g", on_commit=commits.append)
     _only(consumer, partitions=3)
 
-    never = consumer.committed([TopicPartition(TOPIC, 2)])
-    assert [(tp.partition, tp.offset) for tp in never] == [(2, OFFSET_INVALID)]
+    assert consumer.committed([(TOPIC, 2)]) == [(TOPIC, 2, NO_OFFSET, "")]
 
-    result = consumer.commit(
-        offsets=[TopicPartition(TOPIC, 0, 17, "lh1:abc"), TopicPartition(TOPIC, 1, 4)],
-        asynchronous=False,
-    )
-    assert [(tp.partition, tp.offset) for tp in result] == [(0, 17), (1, 4)]
-    back = consumer.committed([TopicPartition(TOPIC, p) for p in range(3)])
-    assert [(tp.partition, tp.offset, tp.metadata) for tp in back] == [
+    offsets: list[CommitOffset] = [(TOPIC, 0, 17, "lh1:abc"), (TOPIC, 1, 4, "")]
+    consumer.commit(offsets, asynchronous=False)
+    back = consumer.committed([(TOPIC, p) for p in range(3)])
+    assert [(p, offset, metadata) for _, p, offset, metadata in back] == [
         (0, 17, "lh1:abc"),
-        (1, 4, None),
-        (2, OFFSET_INVALID, None),
+        (1, 4, ""),
+        (2, NO_OFFSET, ""),
     ]
     assert broker.committed_offsets("g", TOPIC) == [17, 4, None]
     assert broker.committed_offsets("other", TOPIC) == [None, None, None]
 
     # An asynchronous commit lands at once; its callback runs inside the next consume().
-    assert consumer.commit(offsets=[TopicPartition(TOPIC, 2, 9, "m")], asynchronous=True) is None
+    consumer.commit([(TOPIC, 2, 9, "m")], asynchronous=True)
     assert commits == []
     assert broker.committed_offsets("g", TOPIC) == [17, 4, 9]
     consumer.consume(1, timeout=0)
-    assert [[(tp.partition, tp.offset) for tp in batch] for batch in commits] == [[(2, 9)]]
+    assert commits == [None]  # one asynchronous commit, reported as done
     consumer.close()
 
 
@@ -161,7 +155,7 @@ def test_a_new_member_resumes_from_the_committed_offset() -> None:
     first = broker.consumer("g")
     _only(first)
     assert len(first.consume(100, timeout=0)) == 5
-    first.commit(offsets=[TopicPartition(TOPIC, 0, 3)], asynchronous=False)
+    first.commit([(TOPIC, 0, 3, "")], asynchronous=False)
     first.close()
 
     second = broker.consumer("g")
@@ -181,14 +175,11 @@ def test_committing_a_partition_not_assigned_raises() -> None:
         a.poll()
         b.poll()
     assert (a.owned(), b.owned()) == ([0], [1])
-    with pytest.raises(KafkaException):
-        a.consumer.commit(offsets=[TopicPartition(TOPIC, 1, 5)], asynchronous=False)
+    with pytest.raises(BrokerError, match="not assigned"):
+        a.consumer.commit([(TOPIC, 1, 5, "")], asynchronous=False)
     # Nothing of a rejected batch is applied, not even its assigned part.
-    with pytest.raises(KafkaException):
-        a.consumer.commit(
-            offsets=[TopicPartition(TOPIC, 0, 5), TopicPartition(TOPIC, 1, 5)],
-            asynchronous=True,
-        )
+    with pytest.raises(BrokerError, match="not assigned"):
+        a.consumer.commit([(TOPIC, 0, 5, ""), (TOPIC, 1, 5, "")], asynchronous=True)
     assert broker.committed_offsets("g", TOPIC) == [None, None]
     a.consumer.close()
     b.consumer.close()
@@ -205,7 +196,7 @@ def test_two_members_split_partitions_and_a_leaver_hands_its_partitions_over() -
     a.subscribe()
     assert sorted(a.poll()) == sorted((i % 5, i // 5) for i in range(10))
     assert log == [("a", "assign", [0, 1, 2, 3, 4])]
-    a.consumer.commit(offsets=[TopicPartition(TOPIC, p, 1) for p in range(5)], asynchronous=False)
+    a.consumer.commit([(TOPIC, p, 1, "") for p in range(5)], asynchronous=False)
 
     b.subscribe()  # joins: eager rebalance, everyone revokes before anyone is assigned
     assert b.poll() == []  # a has not revoked yet: b gets nothing
@@ -219,8 +210,8 @@ def test_two_members_split_partitions_and_a_leaver_hands_its_partitions_over() -
         ("a", "assign", [0, 1, 2]),
         ("b", "assign", [3, 4]),
     ]
-    a.consumer.commit(offsets=[TopicPartition(TOPIC, p, 2) for p in range(3)], asynchronous=False)
-    b.consumer.commit(offsets=[TopicPartition(TOPIC, 3, 2)], asynchronous=False)
+    a.consumer.commit([(TOPIC, p, 2, "") for p in range(3)], asynchronous=False)
+    b.consumer.commit([(TOPIC, 3, 2, "")], asynchronous=False)
 
     # b leaves: its partitions go back to a, from b's committed offsets.
     broker.produce(TOPIC, b"new", partition=4)
@@ -241,13 +232,13 @@ def test_pause_stops_delivery_of_one_partition_and_resume_restores_it() -> None:
     _only(consumer, partitions=2)
     broker.produce(TOPIC, b"a", partition=0)
     broker.produce(TOPIC, b"b", partition=1)
-    consumer.pause([TopicPartition(TOPIC, 0)])
+    consumer.pause([(TOPIC, 0)])
     assert [(m.partition(), m.offset()) for m in consumer.consume(100, timeout=0)] == [(1, 0)]
     broker.produce(TOPIC, b"c", partition=0)
     broker.produce(TOPIC, b"d", partition=1)
     assert [(m.partition(), m.offset()) for m in consumer.consume(100, timeout=0)] == [(1, 1)]
     assert consumer.consume(100, timeout=0) == []
-    consumer.resume([TopicPartition(TOPIC, 0)])
+    consumer.resume([(TOPIC, 0)])
     # Delivery picks up where it stopped: nothing lost, nothing repeated.
     assert [(m.partition(), m.offset()) for m in consumer.consume(100, timeout=0)] == [
         (0, 0),
@@ -265,7 +256,7 @@ def test_a_rebalance_forgets_pauses() -> None:
     a.subscribe()
     assert a.poll() == []
     broker.produce(TOPIC, b"x", partition=0)
-    a.consumer.pause([TopicPartition(TOPIC, 0)])
+    a.consumer.pause([(TOPIC, 0)])
     assert a.poll() == []
     b.subscribe()
     b.consumer.close()  # joins and leaves: two rebalances, partition 0 stays with a
@@ -279,7 +270,7 @@ def test_consume_waits_for_a_record_and_resume_wakes_it() -> None:
     broker.create_topic(TOPIC)
     consumer = broker.consumer("g")
     _only(consumer)
-    consumer.pause([TopicPartition(TOPIC, 0)])
+    consumer.pause([(TOPIC, 0)])
     broker.produce(TOPIC, b"held", partition=0)
     got: list[list[int]] = []
     waited: list[float] = []
@@ -295,7 +286,7 @@ def test_consume_waits_for_a_record_and_resume_wakes_it() -> None:
         # Resume only once the poller is blocked inside consume() (the broker's condition).
         wait_until(lambda: len(broker._lock._waiters) == 1, timeout=2.0)  # type: ignore[attr-defined]
         assert got == []
-        consumer.resume([TopicPartition(TOPIC, 0)])
+        consumer.resume([(TOPIC, 0)])
         wait_until(lambda: got, timeout=2.0, message="consume() returns once resumed")
     finally:
         thread.join(timeout=5.0)
@@ -308,9 +299,7 @@ def test_a_closed_consumer_refuses_calls_and_closes_once() -> None:
     broker.create_topic(TOPIC)
     revoked: list[list[int]] = []
     consumer = broker.consumer("g")
-    consumer.subscribe(
-        [TOPIC], on_revoke=lambda c, tps: revoked.append([tp.partition for tp in tps])
-    )
+    consumer.subscribe([TOPIC], on_revoke=lambda parts: revoked.append([p for _, p in parts]))
     consumer.consume(1, timeout=0)
     consumer.close()
     consumer.close()
@@ -318,4 +307,4 @@ def test_a_closed_consumer_refuses_calls_and_closes_once() -> None:
     with pytest.raises(RuntimeError, match="closed"):
         consumer.consume(1, timeout=0)
     with pytest.raises(RuntimeError, match="closed"):
-        consumer.commit(offsets=[TopicPartition(TOPIC, 0, 1)], asynchronous=False)
+        consumer.commit([(TOPIC, 0, 1, "")], asynchronous=False)

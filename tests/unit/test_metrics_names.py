@@ -6,7 +6,7 @@ from dataclasses import fields
 
 import pytest
 
-from consumers.engine.workers import WorkloadCounters
+from consumers.engine.counters import WorkloadCounters
 from consumers.service.metrics import COUNTERS
 
 pytestmark = pytest.mark.unit

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from consumers.backends.base import CommitOffset, PartitionKey
+from consumers.backends.metadata import decode_done, encode_done
 from consumers.clock import ManualClock
-from consumers.engine.commits import CommitOffset, PartitionKey
 from consumers.engine.partition import PartitionState
 from consumers.engine.resolution import RetryPolicy
 from consumers.engine.runner import RunnerSettings, WorkloadRunner
-from consumers.engine.tracker import decode_done, encode_done
 from consumers.errors import LanehouseError
 from consumers.permits.pool import LocalPermitPool
 from consumers.record import Record

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumers.engine.tracker import (
+from consumers.backends.metadata import (
     METADATA_MAX_BYTES,
     METADATA_PREFIX,
-    OffsetTracker,
     decode_done,
     encode_done,
 )
+from consumers.engine.tracker import OffsetTracker
 from consumers.record import Record
 
 pytestmark = pytest.mark.unit

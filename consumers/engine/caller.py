@@ -19,7 +19,8 @@ from time import perf_counter
 from typing import Any
 
 from consumers.clock import Clock
-from consumers.engine.workers import Worker, WorkloadCounters
+from consumers.engine.counters import WorkloadCounters
+from consumers.engine.workers import Worker
 from consumers.errors import HandlerError, HandlerTimeout, LanehouseError
 from consumers.execution.executors import (
     MAX_HANDOFF_BYTES,

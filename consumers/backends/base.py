@@ -1,0 +1,172 @@
+"""The broker contract: what the engine asks of a client, in the engine's own types.
+
+Every backend (``kafka.py``, ``pulsar.py``, ``memory.py``) implements these protocols and nothing
+here knows a client library, so the engine above them never sees a ``confluent_kafka`` or
+``pulsar`` type and a backend never imports the engine. A partition is ``(topic, index)``; a
+position to commit is ``(topic, index, offset, metadata)``; a broker failure is a
+:class:`~consumers.errors.BrokerError`.
+
+A consumer's lifecycle, all on the one thread that owns it (``consumers.engine.source``)::
+
+    factory(on_commit) → subscribe(topics, on_assign, on_revoke, on_lost)
+      → consume()* with commit / pause / resume / committed / high_watermark in between
+      → close()
+
+Rebalance callbacks run inside ``consume()`` (librdkafka calls them there) or ``subscribe()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from consumers.landing.files import SourceIdentity
+
+#: A partition: (topic, partition index).
+PartitionKey = tuple[str, int]
+#: A position to commit: (topic, partition, offset, metadata); metadata may be "".
+CommitOffset = tuple[str, int, int, str]
+#: The offset ``committed()`` reports for a partition with nothing committed.
+NO_OFFSET = -1001
+
+#: Told the partitions assigned, revoked or lost.
+Rebalance = Callable[[list[PartitionKey]], None]
+#: Told the outcome of an asynchronous commit: None, or why it failed.
+CommitResult = Callable[[str | None], None]
+
+
+class MessageLike(Protocol):
+    """What the engine reads from a client message (``confluent_kafka.Message`` and
+    :class:`PlainMessage` both fit), so unit tests can use small stubs."""
+
+    def error(self) -> Any: ...
+    def topic(self) -> str | None: ...
+    def partition(self) -> int | None: ...
+    def offset(self) -> int | None: ...
+    def key(self) -> bytes | None: ...
+    def value(self) -> bytes | None: ...
+    def headers(self) -> list[tuple[str, bytes]] | None: ...
+    def timestamp(self) -> tuple[int, int]: ...
+
+
+class PlainMessage:
+    """A ``MessageLike`` that holds its fields: what an adapter builds when its client's messages
+    are not shaped like confluent-kafka's (Pulsar, the in-memory broker)."""
+
+    __slots__ = ("_headers", "_key", "_offset", "_partition", "_timestamp", "_topic", "_value")
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None,
+        timestamp: int,
+    ) -> None:
+        self._topic = topic
+        self._partition = partition
+        self._offset = offset
+        self._key = key
+        self._value = value
+        self._headers = headers
+        self._timestamp = timestamp
+
+    def error(self) -> None:
+        return None
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return self._headers
+
+    def timestamp(self) -> tuple[int, int]:
+        """Always ``(CREATE_TIME, ms)``: both adapters carry the producer's time."""
+        return (1, self._timestamp)
+
+
+class ConsumerLike(Protocol):
+    """One group member (Kafka) or subscription consumer (Pulsar). Broker failures raise
+    :class:`~consumers.errors.BrokerError`."""
+
+    def subscribe(
+        self,
+        topics: list[str],
+        *,
+        on_assign: Rebalance,
+        on_revoke: Rebalance,
+        on_lost: Rebalance,
+    ) -> None: ...
+
+    def consume(self, num_messages: int, timeout: float) -> Sequence[MessageLike]:
+        """Up to ``num_messages``, waiting at most ``timeout`` seconds for the first."""
+        ...
+
+    def commit(self, offsets: list[CommitOffset], asynchronous: bool) -> None:
+        """Asynchronous: the outcome reaches the factory's ``on_commit``. Synchronous: returns
+        once the broker accepted every position, else raises ``BrokerError``."""
+        ...
+
+    def committed(self, parts: list[PartitionKey], timeout: float) -> list[CommitOffset]:
+        """The group's positions; offset :data:`NO_OFFSET` where nothing is committed."""
+        ...
+
+    def pause(self, parts: list[PartitionKey]) -> None: ...
+    def resume(self, parts: list[PartitionKey]) -> None: ...
+
+    def high_watermark(self, part: PartitionKey) -> int:
+        """The partition's end as the client last saw it (no broker round trip); -1 unknown."""
+        ...
+
+    def close(self) -> None: ...
+
+
+#: Builds a consumer; ``on_commit`` receives the outcome of every asynchronous commit.
+ConsumerFactory = Callable[[CommitResult], ConsumerLike]
+
+
+class ProducerLike(Protocol):
+    """The producer contract (shaped like ``confluent_kafka.Producer``): ``produce`` queues a
+    record and ``on_delivery(error, message)`` reports it from inside ``poll``/``flush``, with
+    ``error`` None on success."""
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, **kw: Any) -> None: ...
+    def poll(self, timeout: float = -1) -> int: ...
+    def flush(self, timeout: float = -1) -> int: ...
+    def close(self) -> Any: ...
+
+
+ProducerFactory = Callable[[], ProducerLike]
+
+
+#: Looks up the current identity of topics (landing workloads only).
+Identify = Callable[[list[str]], Mapping[str, SourceIdentity]]
+#: A landed row's position in its source (Pulsar: the message id; Kafka: the offset).
+Position = Callable[[str, int, int], int]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Everything the engine needs from one broker kind for one workload: its clients and, for a
+    landing workload, how to name and place what it lands."""
+
+    kind: str
+    consumer_factory: ConsumerFactory
+    producer_factory: ProducerFactory
+    identify: Identify | None = None
+    position: Position | None = None

@@ -1,0 +1,101 @@
+"""The house's import rules, read from the source: no import circles, and the arrows between the
+engine's rooms point down (a backend never imports the engine, the engine never the service).
+
+Every import counts, also those under ``TYPE_CHECKING`` and inside functions: a circle a type
+checker walks is still a circle a reader walks."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("consumers", "orchestration", "spark_jobs")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {
+    module_name(path): path for package in PACKAGES for path in (REPO / package).rglob("*.py")
+}
+
+
+def imports(name: str) -> Iterator[str]:
+    """The project modules ``name`` imports (``from a import b`` counts ``a.b`` when it is a
+    module, else ``a``)."""
+    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+        if isinstance(node, ast.Import):
+            found = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found = [
+                f"{node.module}.{alias.name}"
+                if f"{node.module}.{alias.name}" in MODULES
+                else node.module
+                for alias in node.names
+            ]
+        else:
+            continue
+        yield from (target for target in found if target in MODULES and target != name)
+
+
+GRAPH = {name: sorted(set(imports(name))) for name in MODULES}
+
+
+def test_the_walk_found_the_house() -> None:
+    assert len(MODULES) > 80
+    assert "consumers.engine.source" in GRAPH["consumers.service.app"]
+
+
+def test_no_import_circles() -> None:
+    """Package ``__init__`` files that re-export the public face are left out: importing a
+    package's face from inside it is not a circle between two mechanisms."""
+    faces = {name for name, path in MODULES.items() if path.name == "__init__.py"}
+    state: dict[str, str] = {}
+    circles: list[list[str]] = []
+
+    def visit(name: str, trail: list[str]) -> None:
+        state[name] = "open"
+        for target in GRAPH[name]:
+            if target in faces:
+                continue
+            if state.get(target) == "open":
+                circles.append([*trail[trail.index(target) :], target])
+            elif target not in state:
+                visit(target, [*trail, target])
+        state[name] = "done"
+
+    for name in sorted(MODULES):
+        if name not in state and name not in faces:
+            visit(name, [name])
+    assert circles == []
+
+
+#: room -> rooms it must never import (the arrows point down).
+FORBIDDEN = {
+    "consumers.backends": ("consumers.engine", "consumers.execution", "consumers.service"),
+    "consumers.engine": ("consumers.service", "consumers.config", "consumers.dev"),
+    "consumers.execution": ("consumers.engine", "consumers.service", "consumers.backends"),
+    "consumers.permits": ("consumers.engine", "consumers.service"),
+    "consumers.landing": ("consumers.engine", "consumers.service", "consumers.backends"),
+    "consumers.record": ("consumers.engine",),
+}
+
+
+@pytest.mark.parametrize("room", sorted(FORBIDDEN))
+def test_imports_point_down(room: str) -> None:
+    wrong = [
+        f"{name} -> {target}"
+        for name in GRAPH
+        if name == room or name.startswith(room + ".")
+        for target in GRAPH[name]
+        if target.startswith(FORBIDDEN[room])
+    ]
+    assert wrong == []
