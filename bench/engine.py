@@ -70,7 +70,7 @@ from consumers.dev.embedded.tansu import start_tansu
 from consumers.dev.sample import produce_pulsar_sample, produce_sample
 from consumers.engine import event_loop
 from consumers.engine.resolution import RetryPolicy
-from consumers.engine.runner import RunnerSettings
+from consumers.engine.settings import RunnerSettings
 from consumers.execution.executors import Executor
 from consumers.permits.pool import LocalPermitPool
 from consumers.record import Record

@@ -4,7 +4,7 @@ The public API is what ``__all__`` lists; everything else may change without not
 """
 
 from consumers.config.spec import WorkloadSpec, load_spec, load_specs
-from consumers.engine.runner import RunnerSettings
+from consumers.engine.settings import RunnerSettings
 from consumers.errors import (
     BrokerError,
     DeadLetterRatioExceeded,

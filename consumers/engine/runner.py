@@ -17,8 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Protocol
 
 from consumers.backends.base import CommitOffset, Identify, MessageLike, PartitionKey, Position
 from consumers.clock import Clock, first_of, wait_for
@@ -26,17 +25,17 @@ from consumers.engine.batching import BatchCalls
 from consumers.engine.caller import HandlerCaller
 from consumers.engine.commits import CommitPlanner
 from consumers.engine.counters import WorkloadCounters
-from consumers.engine.lanes import Ordering, lane_router
+from consumers.engine.lake import Lake
+from consumers.engine.lanes import lane_router
 from consumers.engine.partition import Lane, PartitionState
 from consumers.engine.producer import AckedProducer
 from consumers.engine.ready import ReadyLanes
-from consumers.engine.resolution import DeadLetterPolicy, Resolver, RetryPolicy
+from consumers.engine.resolution import Resolver
+from consumers.engine.settings import RunnerSettings
 from consumers.engine.tap import Tap
 from consumers.engine.workers import Worker
-from consumers.execution.executors import MAX_HANDOFF_BYTES, Executor, Handler
+from consumers.execution.executors import Handler
 from consumers.execution.interceptors import Interceptor
-from consumers.landing.files import SourceIdentity, clear_from
-from consumers.landing.sink import LandingSettings, LandingSink
 from consumers.permits.pool import PermitPool
 from consumers.record import Record
 
@@ -53,47 +52,6 @@ class SourceControl(Protocol):
     def commit(self, offsets: list[CommitOffset], asynchronous: bool) -> None: ...
     def pause(self, parts: list[PartitionKey]) -> None: ...
     def resume(self, parts: list[PartitionKey]) -> None: ...
-
-
-@dataclass(frozen=True)
-class RunnerSettings:
-    name: str
-    ordering: Ordering = "key"
-    virtual_partitions: int = 0
-    concurrency: int = 100
-    weight: float = 1.0
-    timeout: float = 30.0
-    #: Records per partition before it pauses; None: :func:`default_max_buffered`.
-    max_buffered: int | None = None
-    commit_interval: float = 1.0
-    commit_every: int = 10_000
-    drain_timeout: float = 30.0
-    mode: Literal["single", "batch", "unique"] = "single"
-    batch_size: int = 500
-    batch_max_wait: float = 2.0
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    dead_letter: DeadLetterPolicy | None = None
-    output_topic: str | None = None
-    landing: LandingSettings | None = None
-    executor: Executor = "auto"
-    #: Worker processes for ``executor: process`` (0: one per CPU).
-    processes: int = 0
-    max_handoff_bytes: int = MAX_HANDOFF_BYTES
-
-    @property
-    def buffer_limit(self) -> int:
-        if self.max_buffered is not None:
-            return self.max_buffered
-        return default_max_buffered(self.concurrency)
-
-
-def default_max_buffered(concurrency: int) -> int:
-    """A partition's buffer by default: 10,000 records, or 40 per permit above 250.
-
-    A pause makes the client drop its prefetched records, and the first batch after the resume
-    arrives 0.2-0.7 s later; the records left in the buffer (half of it) must cover that gap at
-    the workload's full rate, which grows with its concurrency (docs/benchmarks.md)."""
-    return max(10_000, 40 * concurrency)
 
 
 class WorkloadRunner:
@@ -155,13 +113,13 @@ class WorkloadRunner:
         self._tap = tap
         #: Set when the workload must stop (safety valve, output write failure).
         self.failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.landing: LandingSink | None = None
-        self._identify = identify
-        self._identities: dict[str, SourceIdentity] = {}
+        self._lake: Lake | None = None
         if settings.landing is not None:
             if identify is None:
                 raise ValueError(f"workload {settings.name!r}: landing needs source identities")
-            self.landing = LandingSink(settings.landing, clock)
+            self._lake = Lake(settings.name, settings.landing, identify, clock)
+        #: The landing sink, for reports (None unless the workload lands).
+        self.landing = self._lake.sink if self._lake else None
         self._resolver = Resolver(
             settings.name,
             settings.retry,
@@ -174,7 +132,7 @@ class WorkloadRunner:
             requeue=self._requeue,
             fail=self._fail_workload,
             landing=self.landing,
-            identity=self._identity,
+            identity=self._lake.identity if self._lake else None,
             position=position,
         )
         self._sequenced = self._resolver.sequenced
@@ -200,43 +158,10 @@ class WorkloadRunner:
         self._tasks.append(asyncio.ensure_future(self._watchdog()))
 
     def prepare_assignment(self, parts: Sequence[PartitionState]) -> None:
-        """Before the first record of ``parts`` is read (on the source's thread: it blocks).
-
-        Landing: look up the topics' current incarnation, and remove the landed files that the
-        records from each committed position on will be landed into again (keeping those a
-        previous owner completed; see :func:`consumers.landing.files.clear_from`).
-        """
-        settings = self.settings.landing
-        if settings is None or self._identify is None or not parts:
-            return
-        self._identities.update(self._identify(sorted({p.topic for p in parts})))
-        for part in parts:
-            if part.committed is None:
-                continue  # nothing committed: a replay rewrites the same names (Spark dedups)
-            removed = clear_from(
-                settings.lake,
-                settings.dataset,
-                self._identity(part.topic),
-                part.partition,
-                part.committed,
-                keep=part.skip,
-            )
-            if removed:
-                log.info(
-                    "workload %s: %s[%d] restarts at %d: removed %d landed files to land again",
-                    self.settings.name,
-                    part.topic,
-                    part.partition,
-                    part.committed,
-                    removed,
-                )
-
-    def _identity(self, topic: str) -> SourceIdentity:
-        identity = self._identities.get(topic)
-        if identity is None:
-            assert self._identify is not None
-            identity = self._identities[topic] = self._identify([topic])[topic]
-        return identity
+        """Before the first record of ``parts`` is read (on the source's thread): see
+        :meth:`Lake.prepare`."""
+        if self._lake is not None:
+            self._lake.prepare(parts)
 
     def assign(self, parts: Iterable[PartitionState]) -> None:
         self.last_ingest = self._clock.now()  # idleness counts from the assignment
@@ -261,7 +186,7 @@ class WorkloadRunner:
             lambda: (
                 all(p.in_flight == 0 for p in parts)
                 and (producer is None or producer.in_flight == 0)
-                and self._landed(parts)
+                and (self._lake is None or self._lake.landed(parts))
             ),
             self.settings.drain_timeout,
         )
@@ -301,11 +226,12 @@ class WorkloadRunner:
                 lambda: producer.in_flight == 0,
                 self.settings.drain_timeout,
             )
-        if drained and self.landing is not None:
+        lake = self._lake
+        if drained and lake is not None:
             drained = await wait_for(
                 self._clock,
                 self._progress,
-                lambda: self._landed(self.parts.values()),
+                lambda: lake.landed(self.parts.values()),
                 self.settings.drain_timeout,
             )
         if not drained:
@@ -313,7 +239,9 @@ class WorkloadRunner:
                 "workload %s: %d records still running, unacknowledged or not landed after the "
                 "%.1fs drain deadline; committing below them",
                 self.settings.name,
-                len(self._workers) + (producer.in_flight if producer else 0) + self._unlanded(),
+                len(self._workers)
+                + (producer.in_flight if producer else 0)
+                + (lake.unlanded(self.parts.values()) if lake else 0),
                 self.settings.drain_timeout,
             )
         for task in self._tasks:
@@ -550,25 +478,6 @@ class WorkloadRunner:
         self._finish(rec, part, self._clock.now())
         if self._producer is not None or self.landing is not None:
             self._progress.set()  # drain may be waiting for acknowledgements or files
-
-    def _landed(self, parts: Iterable[PartitionState]) -> bool:
-        """True once nothing of ``parts`` waits to be landed; lands what is buffered (drain and
-        revoke call this after their handlers finished, so nothing new arrives)."""
-        landing = self.landing
-        if landing is None:
-            return True
-        waiting = False
-        for part in parts:
-            if landing.pending(part.topic, part.partition):
-                waiting = True
-                landing.flush_partition(part.topic, part.partition)
-        return not waiting
-
-    def _unlanded(self) -> int:
-        landing = self.landing
-        if landing is None:
-            return 0
-        return sum(landing.pending(p.topic, p.partition) for p in self.parts.values())
 
     def _requeue(self, lane: Lane, rec: Record) -> None:
         """A retry is due: its record runs next in its lane (:meth:`ReadyLanes.requeue`)."""

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from consumers.backends.base import ConsumerFactory, Identify, Position, ProducerFactory
 from consumers.clock import Clock, RealClock, first_of
 from consumers.engine.producer import AckedProducer
-from consumers.engine.runner import RunnerSettings, WorkloadRunner
+from consumers.engine.runner import WorkloadRunner
+from consumers.engine.settings import RunnerSettings
 from consumers.engine.source import SourceThread
 from consumers.engine.tap import Tap
 from consumers.errors import LanehouseError

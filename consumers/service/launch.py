@@ -18,7 +18,7 @@ from consumers.config.spec import (
 )
 from consumers.engine import event_loop
 from consumers.engine.resolution import DeadLetterPolicy, RetryPolicy
-from consumers.engine.runner import RunnerSettings
+from consumers.engine.settings import RunnerSettings
 from consumers.errors import LanehouseError
 from consumers.execution.interceptors import load_interceptor
 from consumers.landing.files import default_lake

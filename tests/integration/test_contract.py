@@ -9,7 +9,7 @@ import random
 import pytest
 
 from consumers.engine.resolution import RetryPolicy
-from consumers.engine.runner import RunnerSettings
+from consumers.engine.settings import RunnerSettings
 from consumers.errors import LanehouseError
 from consumers.record import Record
 from consumers.service.app import ConsumerApp, Workload, WorkloadSummary

@@ -13,7 +13,7 @@ from consumers.backends.kafka import kafka_consumer_factory
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
 from consumers.dev.examples import OrderCheck
 from consumers.dev.sample import produce_sample
-from consumers.engine.runner import RunnerSettings
+from consumers.engine.settings import RunnerSettings
 from consumers.record import Record
 from consumers.service.app import ConsumerApp, Workload
 from tests.backends import TansuBackend, assert_all_committed, run_sampling_shares

@@ -13,7 +13,7 @@ import pytest
 
 from consumers.dead_letters.headers import DeadLetterInfo, decode_dead_letter
 from consumers.engine.resolution import DeadLetterPolicy, RetryPolicy
-from consumers.engine.runner import RunnerSettings
+from consumers.engine.settings import RunnerSettings
 from consumers.execution.interceptors import load_interceptor
 from consumers.service.app import ConsumerApp, Workload, WorkloadSummary
 from tests import executor_handlers as h

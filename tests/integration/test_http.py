@@ -21,7 +21,7 @@ import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 
 import consumers.service.http as lh_http
-from consumers.engine.runner import RunnerSettings
+from consumers.engine.settings import RunnerSettings
 from consumers.engine.tap import Tap
 from consumers.record import Record
 from consumers.service.app import ConsumerApp, Workload

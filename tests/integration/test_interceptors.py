@@ -8,7 +8,7 @@ import pytest
 
 from consumers.config.spec import load_spec
 from consumers.dev.examples import CORRELATION_ID, CorrelationId
-from consumers.engine.runner import RunnerSettings
+from consumers.engine.settings import RunnerSettings
 from consumers.errors import SpecError
 from consumers.execution.interceptors import load_interceptor
 from consumers.record import Record

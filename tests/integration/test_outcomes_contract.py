@@ -10,7 +10,7 @@ import pytest
 
 from consumers.dead_letters.headers import decode_dead_letter
 from consumers.engine.resolution import DeadLetterPolicy, RetryPolicy
-from consumers.engine.runner import RunnerSettings
+from consumers.engine.settings import RunnerSettings
 from consumers.errors import DeadLetterRatioExceeded
 from consumers.outcomes import Drop, Forward, OutputRecord, Retry
 from consumers.record import Record

@@ -26,7 +26,7 @@ from consumers.dev.embedded.child import free_port
 from consumers.dev.embedded.pulsar import PulsarLiteBroker, start_pulsar_lite
 from consumers.dev.embedded.tansu import TansuBroker
 from consumers.dev.sample import produce_sample
-from consumers.engine.runner import RunnerSettings
+from consumers.engine.settings import RunnerSettings
 from consumers.errors import BrokerError
 from consumers.record import Record
 from consumers.service.app import ConsumerApp, Workload

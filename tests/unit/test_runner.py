@@ -19,7 +19,8 @@ from consumers.backends.metadata import decode_done, encode_done
 from consumers.clock import ManualClock
 from consumers.engine.partition import PartitionState
 from consumers.engine.resolution import RetryPolicy
-from consumers.engine.runner import RunnerSettings, WorkloadRunner
+from consumers.engine.runner import WorkloadRunner
+from consumers.engine.settings import RunnerSettings
 from consumers.errors import LanehouseError
 from consumers.permits.pool import LocalPermitPool
 from consumers.record import Record

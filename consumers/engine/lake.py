@@ -1,0 +1,81 @@
+"""A landing workload's lake as the runner sees it: which incarnation of each topic it lands,
+the files to land again when a partition restarts below them, and whether partitions are landed.
+
+Landing itself (buffering rows, durable files) is :mod:`consumers.landing.sink`; this module is
+the runner's bookkeeping around it, so the runner asks one object instead of four callbacks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+
+from consumers.backends.base import Identify
+from consumers.clock import Clock
+from consumers.engine.partition import PartitionState
+from consumers.landing.files import SourceIdentity, clear_from
+from consumers.landing.sink import LandingSettings, LandingSink
+
+log = logging.getLogger("lanehouse.engine")
+
+
+class Lake:
+    """One workload's landing sink plus the identities of the topics it lands."""
+
+    def __init__(
+        self, name: str, settings: LandingSettings, identify: Identify, clock: Clock
+    ) -> None:
+        self._name = name
+        self._settings = settings
+        self._identify = identify
+        self._identities: dict[str, SourceIdentity] = {}
+        self.sink = LandingSink(settings, clock)
+
+    def prepare(self, parts: Sequence[PartitionState]) -> None:
+        """Before the first record of ``parts`` is read (on the source's thread: it blocks):
+        look up the topics' current incarnation, and remove the landed files that the records
+        from each committed position on will be landed into again (keeping those a previous
+        owner completed; see :func:`consumers.landing.files.clear_from`)."""
+        if not parts:
+            return
+        self._identities.update(self._identify(sorted({p.topic for p in parts})))
+        settings = self._settings
+        for part in parts:
+            if part.committed is None:
+                continue  # nothing committed: a replay rewrites the same names (Spark dedups)
+            removed = clear_from(
+                settings.lake,
+                settings.dataset,
+                self.identity(part.topic),
+                part.partition,
+                part.committed,
+                keep=part.skip,
+            )
+            if removed:
+                log.info(
+                    "workload %s: %s[%d] restarts at %d: removed %d landed files to land again",
+                    self._name,
+                    part.topic,
+                    part.partition,
+                    part.committed,
+                    removed,
+                )
+
+    def identity(self, topic: str) -> SourceIdentity:
+        identity = self._identities.get(topic)
+        if identity is None:
+            identity = self._identities[topic] = self._identify([topic])[topic]
+        return identity
+
+    def landed(self, parts: Iterable[PartitionState]) -> bool:
+        """True once nothing of ``parts`` waits to be landed; lands what is buffered (drain and
+        revoke call this after their handlers finished, so nothing new arrives)."""
+        waiting = False
+        for part in parts:
+            if self.sink.pending(part.topic, part.partition):
+                waiting = True
+                self.sink.flush_partition(part.topic, part.partition)
+        return not waiting
+
+    def unlanded(self, parts: Iterable[PartitionState]) -> int:
+        return sum(self.sink.pending(p.topic, p.partition) for p in parts)
