@@ -11,8 +11,8 @@ import pytest
 from rich.console import Console
 
 from consumers.dev.embedded.pulsar import PULSAR_TEST_CLIENT_KWARGS, PulsarLiteBroker
-from orchestration.backfill import DayCounts
-from orchestration.demo import (
+from orchestration.demo.events import generate
+from orchestration.demo.runner import (
     DayRow,
     Outcome,
     Watched,
@@ -22,7 +22,7 @@ from orchestration.demo import (
     pulsar_unacknowledged,
     run_demo,
 )
-from orchestration.demo_events import generate
+from orchestration.lake.backfill import DayCounts
 from tests.backends import PulsarBackend
 
 pytestmark = pytest.mark.integration

@@ -21,7 +21,7 @@ from rich.text import Text
 if TYPE_CHECKING:
     from dagster import DagsterInstance
 
-    from orchestration.workload_status import WorkloadStatus
+    from orchestration.workloads.status import WorkloadStatus
 
 workloads_app = typer.Typer(
     name="workloads",
@@ -74,8 +74,8 @@ def _instance(state_dir: Path | None) -> DagsterInstance:
 def _collect(
     state_dir: Path | None, specs: Path | None, names: list[str] | None
 ) -> tuple[list[WorkloadStatus], str | None]:
-    from orchestration.workload_status import collect_statuses, sensor_state
-    from orchestration.workloads import workloads_dir
+    from orchestration.workloads.names import workloads_dir
+    from orchestration.workloads.status import collect_statuses, sensor_state
 
     directory = specs if specs is not None else workloads_dir()
     with _instance(state_dir) as instance:

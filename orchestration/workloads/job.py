@@ -20,7 +20,7 @@ terminated run SUCCESS under the in-process executor; re-raising lets Dagster de
 under the multiprocess executor: CANCELED when the run was being terminated, FAILURE
 ("interrupted unexpectedly") for a signal Dagster did not send.
 
-Liveness. The op writes a heartbeat every ``HEARTBEAT_SECONDS`` (:mod:`orchestration.heartbeat`);
+Liveness. The op writes a heartbeat every ``HEARTBEAT_SECONDS`` (:mod:`orchestration.workloads.heartbeat`);
 the discovery sensor marks a run whose heartbeat stops as ended, so a worker killed outright is
 restarted. A run that finds itself marked ended while still running stops gracefully.
 
@@ -66,10 +66,10 @@ from consumers.landing.sink import LandedFile
 from consumers.service.app import ConsumerApp, WorkloadSummary
 from consumers.service.launch import build_app
 from consumers.service.metrics import WorkloadSnapshot, key_label, workload_snapshot
-from orchestration.heartbeat import HEARTBEAT_SECONDS, write_heartbeat
-from orchestration.instance import lake_dir
-from orchestration.lake_assets import LAKE_PARTITIONS, landed_key
-from orchestration.workloads import (
+from orchestration.lake.assets import LAKE_PARTITIONS, landed_key
+from orchestration.local.instance import lake_dir
+from orchestration.workloads.heartbeat import HEARTBEAT_SECONDS, write_heartbeat
+from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,
     SPEC_HASH_TAG,
     WORKLOAD_PARTITIONS,
@@ -264,7 +264,7 @@ async def watch_run_status(context: OpExecutionContext, stop: StopRequests) -> N
 
 
 async def beat(context: OpExecutionContext, workload: str) -> None:
-    """Tell the discovery sensor this run's worker is alive (see :mod:`orchestration.heartbeat`).
+    """Tell the discovery sensor this run's worker is alive (see :mod:`orchestration.workloads.heartbeat`).
 
     A failed write is logged and retried on the next beat: missing beats for
     ``heartbeat_timeout`` make the sensor declare the run dead, and the run then stops itself.

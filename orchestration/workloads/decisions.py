@@ -5,7 +5,7 @@
 Inputs: the workload registry, the cursor state, the consumer job's runs seen this tick, the
 existing ``workloads`` partitions and the time (sensor clock, epoch seconds). Outputs: runs to
 launch and to stop, partitions to add and delete, the next state and messages for the tick. It
-calls nothing; :mod:`orchestration.discovery` does the Dagster calls.
+calls nothing; :mod:`orchestration.workloads.discovery` does the Dagster calls.
 
 ``runs`` must hold every unfinished run of the consumer job, and the current record of every run
 :func:`tracked_run_ids` names (when it still exists); runs updated recently may be added (the
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from dagster import DagsterRunStatus
 
-from orchestration.discovery_state import (
+from orchestration.workloads.cursor import (
     FINISHED,
     Abandon,
     Cancel,
@@ -54,7 +54,7 @@ from orchestration.discovery_state import (
     StopReason,
     WorkloadState,
 )
-from orchestration.registry import InvalidSpec, RegisteredWorkload, Registry
+from orchestration.workloads.registry import InvalidSpec, RegisteredWorkload, Registry
 
 __all__ = ["Decision", "decide", "tracked_run_ids"]
 

@@ -54,11 +54,11 @@ from consumers.dev.embedded.tansu import start_tansu
 from consumers.dev.sample import produce_pulsar_sample, produce_sample
 from consumers.errors import BrokerError, SpecError
 from consumers.service.launch import run_specs
-from orchestration.backfill import backfill_command
-from orchestration.cli_permits import permits_app
-from orchestration.cli_workloads import workloads_app
+from orchestration.cli.permits import permits_app
+from orchestration.cli.workloads import workloads_app
 from orchestration.console import err_console, exits_on, print_error
-from orchestration.demo_events import MAX_USERS, Stream
+from orchestration.demo.events import MAX_USERS, Stream
+from orchestration.lake.backfill import backfill_command
 
 app = typer.Typer(
     name="lanehouse",
@@ -374,8 +374,8 @@ def shop(
     """
     import time
 
-    from orchestration.demo_producers import KafkaSink, PulsarSink, RecordSink
-    from orchestration.live_shop import LiveShop, run_live_shop
+    from orchestration.demo.live_shop import LiveShop, run_live_shop
+    from orchestration.demo.producers import KafkaSink, PulsarSink, RecordSink
 
     if clicks_topic is None and orders_topic is None:
         raise typer.BadParameter("name --clicks-topic, --orders-topic or both")
@@ -509,7 +509,7 @@ def consume(
     specs = _load_or_exit(paths)
     sizes = _pool_sizes(pool or [])
     if replicas > 1:
-        from orchestration.replicas import child_args, run_fleet
+        from orchestration.local.replicas import child_args, run_fleet
 
         args = child_args(ctx, skip={"replicas", "metrics_port"})
         raise typer.Exit(run_fleet(specs, replicas, args, metrics_port))
@@ -555,7 +555,7 @@ def demo(
     workloads land them → the Spark assets for those days → a reconciliation table per day
     (exit 1 unless everything reconciles)."""
     from consumers.config.loading import state_dir as resolve_state_dir
-    from orchestration.demo import run_demo
+    from orchestration.demo.runner import run_demo
 
     with exits_on():
         ok = run_demo(
@@ -599,7 +599,7 @@ def up(
     sensor starting a consumer run per workload). Ctrl-C or SIGTERM stops it all, consumer runs
     first (they drain and commit)."""
     from consumers.config.loading import state_dir as default_state_dir
-    from orchestration.up import UpSettings, run_up
+    from orchestration.local.up import UpSettings, run_up
 
     settings = UpSettings(
         state=default_state_dir(state_dir),
@@ -652,7 +652,7 @@ def _dead_letter_workload(
 ) -> tuple[WorkloadSpec, KafkaSourceSpec, str]:
     """The workload's spec, its Kafka source and its dead-letter topic; exit 2 if it reads
     Pulsar or has no dead-letter topic."""
-    from orchestration.workloads import workloads_dir
+    from orchestration.workloads.names import workloads_dir
 
     specs = specs if specs is not None else workloads_dir()
     with exits_on(SpecError, code=2):
@@ -838,7 +838,3 @@ def dead_letters_replay(
         f"skipped {summary.skipped_other_workloads} of other workloads, "
         f"{summary.skipped_older} older than --since, {summary.malformed} unreadable"
     )
-
-
-if __name__ == "__main__":
-    app()

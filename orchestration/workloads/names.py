@@ -40,7 +40,7 @@ PARTITION_TAG: Final = "dagster/partition"
 PARENT_RUN_TAG: Final = "dagster/parent_run_id"
 
 #: Where workload specs live unless ``LANEHOUSE_WORKLOADS`` says otherwise.
-DEFAULT_WORKLOADS_DIR: Final = Path(__file__).resolve().parent.parent / "workloads"
+DEFAULT_WORKLOADS_DIR: Final = Path(__file__).resolve().parents[2] / "workloads"
 
 
 def workloads_dir() -> Path:

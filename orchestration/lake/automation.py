@@ -36,7 +36,7 @@ from dagster import (
     sensor,
 )
 
-from orchestration.lake_assets import (
+from orchestration.lake.assets import (
     LAKE_PARTITIONS,
     PROCESSED_DATASET,
     SPARK_JOB_NAME,

@@ -53,11 +53,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from consumers.config.spec import WorkloadSpec
-from orchestration import lake_tables
-from orchestration.demo_events import STREAM_DATASETS
-from orchestration.instance import SPARK_POOL, SPARK_RUN_TAG, lake_dir
-from orchestration.spark_config import is_local, public_conf, secret_conf, session_conf
-from orchestration.workloads import topic_asset_key
+from orchestration.demo.events import STREAM_DATASETS
+from orchestration.lake import tables as lake_tables
+from orchestration.lake.spark_config import is_local, public_conf, secret_conf, session_conf
+from orchestration.local.instance import SPARK_POOL, SPARK_RUN_TAG, lake_dir
+from orchestration.workloads.names import topic_asset_key
 from spark_jobs import (
     CLICK_SCHEMA,
     DUPLICATE_SCHEMA,
@@ -193,7 +193,7 @@ def landed_freshness_checks(landed: Sequence[AssetSpec]) -> Sequence[AssetChecks
 
 
 class LakeSparkResource(PySparkResource):
-    """``PySparkResource`` for the Spark assets (settings: ``orchestration.spark_config``).
+    """``PySparkResource`` for the Spark assets (settings: ``orchestration.lake.spark_config``).
 
     With a local master it first puts ``LOCAL_SPARK_ENV`` in the environment the JVM inherits
     (never for a cluster: ``SPARK_LOCAL_IP=127.0.0.1`` would hide the driver from executors).

@@ -79,7 +79,7 @@ def selected_assets(names: Sequence[str]) -> list[str]:
 
     Raises ``ValueError`` naming the valid assets when one is unknown.
     """
-    from orchestration.lake_assets import SIBLINGS, SPARK_ASSET_NAMES
+    from orchestration.lake.assets import SIBLINGS, SPARK_ASSET_NAMES
 
     unknown = [n for n in names if n not in SPARK_ASSET_NAMES]
     if unknown or not names:
@@ -96,7 +96,7 @@ def day_range(first: str, last: str, today: date | None = None) -> list[date]:
 
     Raises ``ValueError`` with what is wrong.
     """
-    from orchestration.lake_assets import LAKE_PARTITIONS
+    from orchestration.lake.assets import LAKE_PARTITIONS
 
     days = []
     for flag, text in (("--from", first), ("--to", last)):
@@ -131,7 +131,7 @@ def webserver_answers(url: str, timeout: float = 2.0) -> bool:
 
 def backfill_variables(assets: Sequence[str], days: Sequence[date]) -> dict[str, Any]:
     """``launchPartitionBackfill`` params: the assets over the days, tagged as a Spark run."""
-    from orchestration.instance import SPARK_RUN_TAG
+    from orchestration.local.instance import SPARK_RUN_TAG
 
     return {
         "params": {
@@ -146,7 +146,7 @@ def backfill_variables(assets: Sequence[str], days: Sequence[date]) -> dict[str,
 def launch_backfill(url: str, assets: Sequence[str], days: Sequence[date]) -> str:
     """Launch the asset backfill on the webserver; its id. ``LanehouseError`` when refused."""
     from consumers.errors import LanehouseError
-    from orchestration.up import graphql
+    from orchestration.local.up import graphql
 
     data = graphql(url.rstrip("/"), BACKFILL_MUTATION, backfill_variables(assets, days))
     result = data["launchPartitionBackfill"]
@@ -177,7 +177,7 @@ def materialize_days(
     """
     from dagster import AssetKey
 
-    from orchestration.lake_assets import SPARK_ASSET_NAMES, SPARK_JOB_NAME
+    from orchestration.lake.assets import SPARK_ASSET_NAMES, SPARK_JOB_NAME
 
     if definitions is None:
         from orchestration.definitions import defs
@@ -242,7 +242,7 @@ def _watch(
 def _reconciliation(evaluations: Sequence[Any]) -> dict[str, dict[date, DayCounts]]:
     from dagster import TableMetadataValue
 
-    from orchestration.lake_assets import PROCESSED_DATASET, landed_key
+    from orchestration.lake.assets import PROCESSED_DATASET, landed_key
 
     counts: dict[str, dict[date, DayCounts]] = {}
     for evaluation in evaluations:
@@ -321,7 +321,7 @@ def _run_here(state_dir: Path | None, names: list[str], days: list[date]) -> Non
     from dagster import DagsterInstance
 
     from consumers.config.loading import state_dir as default_state_dir
-    from orchestration.instance import lake_dir, prepare_dagster_home
+    from orchestration.local.instance import lake_dir, prepare_dagster_home
 
     state = default_state_dir(state_dir)
     os.environ["LANEHOUSE_LAKE"] = str(lake_dir(state))  # the assets read it at run time

@@ -1,7 +1,7 @@
 """``make demo``: the platform's main job on embedded defaults, end to end and verified.
 
     embedded Tansu + pulsar-lite ─► a shop's clicks (Kafka) and orders (Pulsar) over the last
-    few UTC days, some malformed on purpose (orchestration.demo_events) ─► both example
+    few UTC days, some malformed on purpose (orchestration.demo.events) ─► both example
     workloads (workloads/clickstream.yaml, workloads/orders.yaml) in one process on one permit
     pool, landing into a fresh lake until caught up ─► the Spark assets for those days in one
     Dagster run ─► a reconciliation table per day
@@ -42,15 +42,15 @@ from consumers.errors import SpecError
 from consumers.permits.pool import LocalPermitPool
 from consumers.service.app import ConsumerApp, WorkloadSummary
 from consumers.service.launch import build_app
-from orchestration.backfill import DayCounts, RangeRun
-from orchestration.demo_events import DemoRecord, expected_per_day, generate
-from orchestration.demo_producers import produce_kafka, produce_pulsar
-from orchestration.lake_assets import landed_key
+from orchestration.demo.events import DemoRecord, expected_per_day, generate
+from orchestration.demo.producers import produce_kafka, produce_pulsar
+from orchestration.lake.assets import landed_key
+from orchestration.lake.backfill import DayCounts, RangeRun
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
 
-WORKLOADS = Path(__file__).resolve().parent.parent / "workloads"
+WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
 SPEC = WORKLOADS / "clickstream.yaml"
 ORDERS_SPEC = WORKLOADS / "orders.yaml"
 _WATCH_INTERVAL: Final = 0.005  # seconds between samples of the permit pools and progress
@@ -269,7 +269,7 @@ def materialize_demo(
     ephemeral one by default: the caller that passes its own can read the run's events)."""
     from dagster import DagsterInstance
 
-    from orchestration.backfill import materialize_days
+    from orchestration.lake.backfill import materialize_days
 
     with _lake_env(lake):
         if instance is not None:
