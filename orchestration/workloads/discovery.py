@@ -70,11 +70,11 @@ from orchestration.workloads.names import (
     PARTITION_TAG,
     SPEC_HASH_TAG,
     STOP_REASON_TAG,
-    WORKLOAD_PARTITIONS,
     WORKLOAD_PARTITIONS_NAME,
     WORKLOAD_TAG,
     workloads_dir,
 )
+from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
 from orchestration.workloads.registry import SpecCache, read_registry
 
 __all__ = ["build_discovery_sensor", "collect_runs", "run_info", "workload_discovery_sensor"]

@@ -72,10 +72,10 @@ from orchestration.workloads.heartbeat import HEARTBEAT_SECONDS, write_heartbeat
 from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,
     SPEC_HASH_TAG,
-    WORKLOAD_PARTITIONS,
     topic_asset_key,
     workloads_dir,
 )
+from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
 
 #: How often the op reads its run's status (CANCELING: stop; CANCELED: stop at once).
 STATUS_POLL_SECONDS = 1.0

@@ -37,12 +37,8 @@ from consumers.dead_letters.admin import replay_client_config, replay_dead_lette
 from consumers.errors import LanehouseError
 from orchestration.local.instance import REPLAY_RUN_TAG
 from orchestration.workloads.job import find_workload
-from orchestration.workloads.names import (
-    WORKLOAD_PARTITIONS,
-    WORKLOAD_PARTITIONS_NAME,
-    WORKLOAD_TAG,
-    workloads_dir,
-)
+from orchestration.workloads.names import WORKLOAD_PARTITIONS_NAME, WORKLOAD_TAG, workloads_dir
+from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
 from orchestration.workloads.registry import read_registry
 
 __all__ = ["REPLAY_JOB_NAME", "dead_letter_replay_schedule", "replay_job", "replayable"]

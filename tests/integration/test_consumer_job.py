@@ -36,7 +36,8 @@ from consumers.dev.sample import produce_sample
 from orchestration.workloads import job as consumer_job_module
 from orchestration.workloads.heartbeat import read_heartbeats
 from orchestration.workloads.job import consumer_job
-from orchestration.workloads.names import CONSUMER_JOB_NAME, WORKLOAD_PARTITIONS, topic_asset_key
+from orchestration.workloads.names import CONSUMER_JOB_NAME, topic_asset_key
+from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
 from tests.helpers import wait_until
 from tests.integration import job_handlers
 from tests.integration.processes import source_yaml
