@@ -52,15 +52,14 @@ from rich.console import Console
 from consumers.dev.embedded.pulsar import start_pulsar_lite
 from consumers.dev.embedded.tansu import start_tansu
 from orchestration.demo.events import MAX_SESSIONS_PER_USER_PER_DAY, MAX_USERS
+from orchestration.demo.report import print_reconciliation, reconciliation_rows
 from orchestration.demo.runner import (
     consume_demo,
     demo_data,
     demo_days,
     demo_streams,
     materialize_demo,
-    print_reconciliation,
     produce_demo,
-    reconciliation_rows,
 )
 
 if TYPE_CHECKING:

@@ -60,14 +60,9 @@ def topic_assets(specs: list[WorkloadSpec]) -> list[AssetSpec]:
 
 
 def build_definitions(directory: Path) -> Definitions:
-    from orchestration.lake.assets import (
-        SPARK_JOB,
-        landed_assets,
-        landed_freshness_checks,
-        spark_assets,
-        spark_resource,
-    )
+    from orchestration.lake.assets import SPARK_JOB, spark_assets, spark_resource
     from orchestration.lake.automation import SCHEDULES, SENSORS
+    from orchestration.lake.landed import landed_assets, landed_freshness_checks
     from orchestration.workloads.discovery import workload_discovery_sensor
     from orchestration.workloads.job import consumer_job
     from orchestration.workloads.replay_job import dead_letter_replay_schedule, replay_job

@@ -26,14 +26,8 @@ from typing import TYPE_CHECKING, Any, Final
 from dagster import AssetKey, DagsterEventType, DagsterInstance, TableMetadataValue
 
 from consumers.errors import LanehouseError
-from orchestration.lake.assets import (
-    LAKE_PARTITIONS,
-    PROCESSED_DATASET,
-    SIBLINGS,
-    SPARK_ASSET_NAMES,
-    SPARK_JOB_NAME,
-    landed_key,
-)
+from orchestration.lake.assets import PROCESSED_DATASET, SIBLINGS, SPARK_ASSET_NAMES, SPARK_JOB_NAME
+from orchestration.lake.landed import LAKE_PARTITIONS, landed_key
 from orchestration.local.instance import SPARK_RUN_TAG
 from orchestration.local.up import graphql
 

@@ -11,7 +11,7 @@ calls nothing; :mod:`orchestration.workloads.discovery` does the Dagster calls.
 :func:`tracked_run_ids` names (when it still exists); runs updated recently may be added (the
 same run seen twice is handled once).
 
-Per workload, in order:
+Per workload, in order (:class:`orchestration.workloads.steps.WorkloadStep`):
 
 1. **Spec change** (hash differs from the previous tick): forget crashes, backoff and a person's
    stop; the running run is stopped below.
@@ -36,32 +36,23 @@ is stopped or started for it, its partition stays.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dagster import DagsterRunStatus
-
 from orchestration.workloads.cursor import (
-    FINISHED,
     Abandon,
     Cancel,
     DiscoveryState,
-    LastRun,
     Launch,
     Message,
     RestartPolicy,
     RunInfo,
-    StopReason,
     WorkloadState,
 )
-from orchestration.workloads.registry import InvalidSpec, RegisteredWorkload, Registry
+from orchestration.workloads.registry import InvalidSpec, Registry
+from orchestration.workloads.steps import FINISHED_VALUES, TickOutput, WorkloadStep
 
 __all__ = ["Decision", "decide", "tracked_run_ids"]
-
-_FINISHED_VALUES = frozenset(status.value for status in FINISHED)
-_WAITING = frozenset(
-    {DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING}
-)
 
 
 @dataclass(frozen=True)
@@ -82,7 +73,7 @@ def tracked_run_ids(state: DiscoveryState) -> set[str]:
     ids: set[str] = set()
     for ws in state.workloads.values():
         ids.update(ws.canceling)
-        if ws.last is not None and ws.last.status not in _FINISHED_VALUES:
+        if ws.last is not None and ws.last.status not in FINISHED_VALUES:
             ids.add(ws.last.run_id)
     return ids
 
@@ -107,7 +98,7 @@ def decide(
         | active_names
         | {n for n in held if n in state.workloads}
     )
-    out = _Out()
+    out = TickOutput()
     workloads: dict[str, WorkloadState] = {}
     retired = dict(state.retired)
     for name in names:
@@ -117,7 +108,7 @@ def decide(
             ws = WorkloadState(generation=retired.pop(name, 0))
         runs_of = sorted(by_name.get(name, {}).values(), key=lambda r: r.storage_id)
         entry = registry.workloads.get(name)
-        step = _Workload(name, entry, held.get(name), ws, policy, now, out)
+        step = WorkloadStep(name, entry, held.get(name), ws, policy, now, out)
         new = step.run(runs_of)
         if not step.gone:
             workloads[name] = new
@@ -148,280 +139,3 @@ def _held(registry: Registry, state: DiscoveryState) -> dict[str, InvalidSpec]:
             if name is not None and name not in registry.workloads:
                 held.setdefault(name, invalid)
     return held
-
-
-class _Out:
-    """What a tick produces, gathered across workloads."""
-
-    def __init__(self) -> None:
-        self.launches: list[Launch] = []
-        self.cancels: list[Cancel] = []
-        self.abandons: list[Abandon] = []
-        self.messages: list[Message] = []
-        self.phases: dict[str, list[str]] = {}
-        self.crash_looping: list[str] = []
-
-    def info(self, text: str) -> None:
-        self.messages.append(Message("info", text))
-
-    def warning(self, text: str) -> None:
-        self.messages.append(Message("warning", text))
-
-    def error(self, text: str) -> None:
-        self.messages.append(Message("error", text))
-
-    def summary(self, invalid: int) -> str:
-        parts = [f"{len(names)} {phase}" for phase, names in sorted(self.phases.items())]
-        text = "workloads: " + (", ".join(parts) or "none")
-        if self.crash_looping:
-            text += "; CRASH-LOOPING: " + ", ".join(self.crash_looping)
-        if invalid:
-            text += f"; {invalid} invalid spec file(s), see the tick log"
-        return text
-
-
-class _Workload:
-    """One workload's step of a tick (see the module docstring for the order).
-
-    Works on mutable copies of the :class:`WorkloadState` fields; :meth:`run` returns the new
-    state and adds launches, stops and messages to ``out``.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        entry: RegisteredWorkload | None,
-        held: InvalidSpec | None,
-        ws: WorkloadState,
-        policy: RestartPolicy,
-        now: float,
-        out: _Out,
-    ) -> None:
-        self.name, self.entry, self.held, self.ws = name, entry, held, ws
-        self.policy, self.now, self.out = policy, now, out
-        self.generation, self.pending, self.pending_since = (
-            ws.generation,
-            ws.pending,
-            ws.pending_since,
-        )
-        self.crashes = tuple(t for t in ws.crashes if now - t < policy.crash_window)
-        self.next_start, self.stopped = ws.next_start, ws.stopped_by_user
-        self.canceling = set(ws.canceling)
-        self.last = ws.last
-        #: Set by :meth:`run`: removed, nothing left running, so the state can go.
-        self.gone = False
-
-    def run(self, runs: Sequence[RunInfo]) -> WorkloadState:
-        """``runs``: this workload's runs seen this tick, sorted by storage id."""
-        ws = self.ws
-        self.spec_change(ws.spec_hash)
-        self.last = self.observe(ws.last, runs)
-        abandoned = self.check_alive(runs)
-        self.settle()
-        active = [run for run in runs if run.active and run.run_id != abandoned]
-        self.canceling &= {run.run_id for run in active}
-        self.stop(active)
-        phase = self.launch_or_wait(active)
-        self.out.phases.setdefault(phase, []).append(self.name)
-        self.report_crash_loop()
-
-        entry = self.entry
-        self.gone = entry is None and self.held is None and not active and self.pending is None
-        return WorkloadState(
-            generation=self.generation,
-            pending=self.pending,
-            pending_since=self.pending_since,
-            last=self.last,
-            spec_hash=entry.hash if entry is not None else ws.spec_hash,
-            file=entry.file if entry is not None else ws.file,
-            crashes=self.crashes,
-            next_start=self.next_start,
-            stopped_by_user=self.stopped,
-            canceling=tuple(sorted(self.canceling)),
-        )
-
-    def obsolete(self, spec_hash: str | None) -> StopReason | None:
-        """Why a run serving ``spec_hash`` must not run any more (None: it may)."""
-        if self.entry is None:
-            return None if self.held is not None else "removed"
-        if not self.entry.spec.enabled:
-            return "disabled"
-        if spec_hash is not None and spec_hash != self.entry.hash:
-            return "spec_changed"
-        return None
-
-    def forget_history(self) -> None:
-        """Crashes, backoff and a person's stop no longer apply (new spec, or a person acted)."""
-        self.crashes, self.next_start, self.stopped = (), None, False
-
-    def spec_change(self, previous: str | None) -> None:
-        if self.entry is None or previous == self.entry.hash:
-            return
-        if previous is None:
-            self.out.info(f"{self.name}: workload registered from {self.entry.file}")
-        else:
-            self.out.info(f"{self.name}: spec changed ({previous} -> {self.entry.hash})")
-            self.forget_history()
-
-    def observe(self, last: LastRun | None, runs: Sequence[RunInfo]) -> LastRun | None:
-        """``last`` updated from this tick's runs; generation and pending launch caught up."""
-        for run in runs:
-            if run.by_sensor and run.generation is not None:
-                self.generation = max(self.generation, run.generation)
-                if self.pending is not None and run.generation >= self.pending:
-                    self.pending = self.pending_since = None
-        newest = runs[-1] if runs else None
-        if newest is not None and (last is None or newest.storage_id > last.storage_id):
-            if not newest.by_sensor:
-                self.out.info(
-                    f"{self.name}: run {newest.run_id} was launched outside the sensor; managing it"
-                )
-                self.forget_history()
-            adopted = self.entry.hash if self.entry is not None else None
-            last = LastRun(
-                run_id=newest.run_id,
-                storage_id=newest.storage_id,
-                status=newest.status.value,
-                by_sensor=newest.by_sensor,
-                spec_hash=newest.spec_hash or adopted,
-                stop_reason=newest.stop_reason,
-            )
-        elif last is not None:
-            current = next((run for run in runs if run.run_id == last.run_id), None)
-            if current is not None:
-                update = {"status": current.status.value, "stop_reason": current.stop_reason}
-                last = last.model_copy(update=update)
-            elif last.status not in _FINISHED_VALUES:
-                self.out.warning(f"{self.name}: run {last.run_id} is gone from run storage")
-                last = last.model_copy(update={"status": "DELETED", "settled": True})
-        if last is None or last.status != DagsterRunStatus.STARTED.value:
-            return last
-        if last.started_seen is None:
-            return last.model_copy(update={"started_seen": self.now})
-        if self.crashes and self.now - last.started_seen >= self.policy.stable_after:
-            self.out.info(f"{self.name}: run {last.run_id} has stayed up; crash history cleared")
-            self.crashes, self.next_start = (), None
-        return last
-
-    def check_alive(self, runs: Sequence[RunInfo]) -> str | None:
-        """Abandon ``last`` if its heartbeat stopped changing; return its run id if so."""
-        last = self.last
-        live = (DagsterRunStatus.STARTED.value, DagsterRunStatus.CANCELING.value)
-        if last is None or last.status not in live:
-            return None
-        current = next((run for run in runs if run.run_id == last.run_id), None)
-        beat = current.heartbeat if current is not None else None
-        if last.alive_seen is None or (beat is not None and beat != last.heartbeat):
-            self.last = last.model_copy(update={"heartbeat": beat, "alive_seen": self.now})
-            return None
-        silent = self.now - last.alive_seen
-        if silent < self.policy.heartbeat_timeout:
-            return None
-        started = last.status == DagsterRunStatus.STARTED.value
-        ended = DagsterRunStatus.FAILURE if started else DagsterRunStatus.CANCELED
-        self.out.abandons.append(Abandon(last.run_id, self.name, ended, silent))
-        self.out.warning(
-            f"{self.name}: run {last.run_id} ({last.status}) has not sent a heartbeat for "
-            f"{silent:.0f} s: its worker is gone (killed, out of memory, machine lost); marking "
-            f"it {ended.value}"
-        )
-        self.last = last.model_copy(update={"status": ended.value})
-        return last.run_id
-
-    def settle(self) -> None:
-        """Handle the end of ``last`` once: a crash, a person's stop, or a stop on purpose."""
-        last, name = self.last, self.name
-        if last is None or last.settled or last.status not in _FINISHED_VALUES:
-            return
-        self.last = last.model_copy(update={"settled": True})
-        if (
-            last.run_id in self.canceling
-            or last.stop_reason is not None
-            or self.obsolete(last.spec_hash) is not None
-        ):
-            return  # stopped by the sensor or the platform, or it had to stop anyway
-        if last.status == DagsterRunStatus.FAILURE.value:
-            self.crashes = (*self.crashes, self.now)
-            delay = self.policy.delay(len(self.crashes))
-            self.next_start = self.now + delay
-            then = (
-                f"restarting in {delay:.0f} s"
-                if self.entry is not None
-                else "not restarted while its spec is invalid"
-            )
-            self.out.warning(
-                f"{name}: run {last.run_id} failed ({len(self.crashes)} crash(es) within "
-                f"{self.policy.crash_window:.0f} s); {then}"
-            )
-            return
-        self.stopped = True
-        self.out.warning(
-            f"{name}: run {last.run_id} was stopped outside the sensor ({last.status}); it "
-            f"stays stopped until someone launches partition {name!r} again or its spec changes"
-        )
-
-    def stop(self, active: list[RunInfo]) -> None:
-        """Stop active runs that must not run; CANCELING ones are never signalled again."""
-        for run in active:
-            spec = self.last.spec_hash if self.last and run.run_id == self.last.run_id else None
-            reason = self.obsolete(spec or run.spec_hash)
-            if reason is None and run.run_id != active[-1].run_id:
-                reason = "superseded"
-            if reason is None or run.status == DagsterRunStatus.CANCELING:
-                continue
-            self.out.cancels.append(Cancel(run.run_id, self.name, reason))
-            self.canceling.add(run.run_id)
-            self.out.info(f"{self.name}: stopping run {run.run_id} ({reason})")
-
-    def launch_or_wait(self, active: list[RunInfo]) -> str:
-        """Launch the next generation if nothing stands in the way; return the phase."""
-        entry, now = self.entry, self.now
-        if self.pending is not None and now - (self.pending_since or now) >= (
-            self.policy.launch_timeout
-        ):
-            self.out.warning(
-                f"{self.name}: the run requested as generation {self.pending} has not "
-                f"appeared within {self.policy.launch_timeout:.0f} s; requesting the next one"
-            )
-            self.pending = self.pending_since = None
-        if entry is None:
-            if self.held is not None:
-                return "held (invalid spec)"
-            return "stopping" if active else "removed"
-        if active:
-            if any(
-                r.status == DagsterRunStatus.CANCELING or r.run_id in self.canceling for r in active
-            ):
-                return "stopping"
-            return "starting" if all(r.status in _WAITING for r in active) else "running"
-        if not entry.spec.enabled:
-            return "disabled"
-        if self.pending is not None:
-            return "starting"
-        if self.stopped:
-            return "stopped by a person"
-        if self.next_start is not None and now < self.next_start:
-            return "waiting to restart"
-        self.generation += 1
-        self.pending, self.pending_since, self.next_start = self.generation, now, None
-        restarts = len(self.crashes)
-        crash_loop = restarts >= self.policy.crash_loop_threshold
-        self.out.launches.append(
-            Launch(self.name, entry.hash, self.generation, restarts, crash_loop)
-        )
-        self.out.info(f"{self.name}: launching generation {self.generation}")
-        return "starting"
-
-    def report_crash_loop(self) -> None:
-        crashes = len(self.crashes)
-        if crashes < self.policy.crash_loop_threshold:
-            return
-        self.out.crash_looping.append(self.name)
-        wait = (self.next_start or self.now) - self.now
-        when = f"in {wait:.0f} s" if wait > 0 else "now"
-        self.out.warning(
-            f"{self.name} is CRASH-LOOPING: {crashes} crashes within "
-            f"{self.policy.crash_window:.0f} s; restarts are {self.policy.max_backoff:.0f} s "
-            f"apart (next {when}). Fix the spec or handler (a spec change restarts it at once) "
-            f"or launch partition {self.name!r} from the UI to retry now"
-        )
