@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/e2e.py [--events N] [--days D] [--partitions P] [--out F]
 
-It runs the pipeline of ``make demo`` (orchestration/demo.py), calling the demo's own stage
+It runs the pipeline of ``make demo`` (orchestration/demo/runner.py), calling the demo's own stage
 functions, at a volume chosen so the generator makes about ``--events`` records (the exact count
 is reported): users (at most 10,000) x sessions per user per day x days x ~5.9 records per
 session (~5.74 clicks to Kafka, ~0.16 orders to Pulsar). Each stage is timed with
@@ -51,17 +51,16 @@ from rich.console import Console
 
 from consumers.dev.embedded.pulsar import start_pulsar_lite
 from consumers.dev.embedded.tansu import start_tansu
-from orchestration.demo import (
+from orchestration.demo.events import MAX_SESSIONS_PER_USER_PER_DAY, MAX_USERS
+from orchestration.demo.report import print_reconciliation, reconciliation_rows
+from orchestration.demo.runner import (
     consume_demo,
     demo_data,
     demo_days,
     demo_streams,
     materialize_demo,
-    print_reconciliation,
     produce_demo,
-    reconciliation_rows,
 )
-from orchestration.demo_events import MAX_SESSIONS_PER_USER_PER_DAY, MAX_USERS
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance

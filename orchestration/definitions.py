@@ -20,8 +20,8 @@ from typing import Final
 from dagster import AssetSpec, Definitions, build_sensor_for_freshness_checks
 
 from consumers.config.spec import WorkloadSpec
-from orchestration.registry import read_registry
-from orchestration.workloads import SourceKind, topic_asset_key, workloads_dir
+from orchestration.workloads.names import SourceKind, topic_asset_key, workloads_dir
+from orchestration.workloads.registry import read_registry
 
 #: Evaluates the landed freshness checks (Dagster's factory; starts stopped).
 LANDED_FRESHNESS_SENSOR: Final = "landed_freshness"
@@ -60,17 +60,12 @@ def topic_assets(specs: list[WorkloadSpec]) -> list[AssetSpec]:
 
 
 def build_definitions(directory: Path) -> Definitions:
-    from orchestration.consumer_job import consumer_job
-    from orchestration.dead_letter_replay import dead_letter_replay_schedule, replay_job
-    from orchestration.discovery import workload_discovery_sensor
-    from orchestration.lake_assets import (
-        SPARK_JOB,
-        landed_assets,
-        landed_freshness_checks,
-        spark_assets,
-        spark_resource,
-    )
-    from orchestration.lake_automation import SCHEDULES, SENSORS
+    from orchestration.lake.assets import SPARK_JOB, spark_assets, spark_resource
+    from orchestration.lake.automation import SCHEDULES, SENSORS
+    from orchestration.lake.landed import landed_assets, landed_freshness_checks
+    from orchestration.workloads.discovery import workload_discovery_sensor
+    from orchestration.workloads.job import consumer_job
+    from orchestration.workloads.replay_job import dead_letter_replay_schedule, replay_job
 
     specs = read_registry(directory).specs() if directory.is_dir() else []
     landed = landed_assets(specs)

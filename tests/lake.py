@@ -13,9 +13,9 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from consumers.landing.files import LandedRow, SourceIdentity, landed_path, write_landed
-from orchestration import lake_tables
-from orchestration.demo_events import DemoRecord
-from orchestration.lake_assets import TABLES
+from orchestration.demo.events import DemoRecord
+from orchestration.lake import tables as lake_tables
+from orchestration.lake.assets import TABLES
 
 DATASETS = {"clicks": "clickstream", "orders": "orders"}
 SOURCES = {

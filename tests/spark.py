@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import Row, SparkSession
 
-from orchestration.demo_events import DemoRecord, Stream
+from orchestration.demo.events import DemoRecord, Stream
 from spark_jobs import local_spark_session
 
 PARTITIONS = 3

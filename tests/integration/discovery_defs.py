@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from dagster import Definitions, job, op
 
-from orchestration.discovery import workload_discovery_sensor
-from orchestration.workloads import CONSUMER_JOB_NAME, WORKLOAD_PARTITIONS
+from orchestration.workloads.discovery import workload_discovery_sensor
+from orchestration.workloads.names import CONSUMER_JOB_NAME
+from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
 
 
 @op

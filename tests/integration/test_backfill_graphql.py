@@ -16,8 +16,8 @@ from dagster import AssetKey, DagsterInstance, instance_for_test
 from dagster._core.workspace.context import WorkspaceRequestContext
 from dagster_graphql.test.utils import define_out_of_process_context, execute_dagster_graphql
 
-from orchestration.backfill import BACKFILL_MUTATION, backfill_variables
-from orchestration.instance import SPARK_RUN_TAG
+from orchestration.lake.backfill import BACKFILL_MUTATION, backfill_variables
+from orchestration.local.instance import SPARK_RUN_TAG
 
 pytestmark = pytest.mark.integration
 

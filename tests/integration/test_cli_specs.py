@@ -22,7 +22,7 @@ from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
 from consumers.dev.sample import produce_pulsar_sample, produce_sample
 from consumers.errors import BrokerError
 from orchestration.cli import app
-from orchestration.demo import pulsar_unacknowledged
+from orchestration.demo.runner import pulsar_unacknowledged
 from tests.backends import assert_all_committed
 from tests.helpers import free_port, wait_until
 

@@ -33,10 +33,11 @@ from dagster import (
 from consumers.backends.kafka import committed_offsets
 from consumers.dev.embedded.tansu import TansuBroker, create_topic
 from consumers.dev.sample import produce_sample
-from orchestration import consumer_job as consumer_job_module
-from orchestration.consumer_job import consumer_job
-from orchestration.heartbeat import read_heartbeats
-from orchestration.workloads import CONSUMER_JOB_NAME, WORKLOAD_PARTITIONS, topic_asset_key
+from orchestration.workloads import job as consumer_job_module
+from orchestration.workloads.heartbeat import read_heartbeats
+from orchestration.workloads.job import consumer_job
+from orchestration.workloads.names import CONSUMER_JOB_NAME, topic_asset_key
+from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
 from tests.helpers import wait_until
 from tests.integration import job_handlers
 from tests.integration.processes import source_yaml

@@ -13,8 +13,8 @@ import sqlalchemy
 from dagster import DagsterInstance, DagsterRunStatus, job, op
 from sqlalchemy.engine import make_url
 
-from orchestration.heartbeat import heartbeat_key, read_heartbeats, write_heartbeat
-from orchestration.instance import REPLAY_RUN_TAG, SPARK_RUN_TAG
+from orchestration.local.instance import REPLAY_RUN_TAG, SPARK_RUN_TAG
+from orchestration.workloads.heartbeat import heartbeat_key, read_heartbeats, write_heartbeat
 from tests.postgres import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +100,7 @@ def test_heartbeats_go_to_postgres_and_read_back(instance: tuple[DagsterInstance
 def test_the_run_queue_never_fills_with_consumer_runs(
     instance: tuple[DagsterInstance, str],
 ) -> None:
-    """The limits of orchestration/instance.py hold on the production instance too."""
+    """The limits of orchestration/local/instance.py hold on the production instance too."""
     dagster_instance, _ = instance
     queue = dagster_instance.get_concurrency_config().run_queue_config
     assert queue is not None

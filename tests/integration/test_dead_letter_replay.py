@@ -16,10 +16,10 @@ from dagster import (
 )
 
 from consumers.dev.embedded.tansu import TansuBroker
-from orchestration.dead_letter_replay import dead_letter_replay_schedule, replay_job
-from orchestration.instance import REPLAY_RUN_TAG as REPLAY_TAG
-from orchestration.instance import instance_config
-from orchestration.workloads import WORKLOAD_PARTITIONS
+from orchestration.local.instance import REPLAY_RUN_TAG as REPLAY_TAG
+from orchestration.local.instance import instance_config
+from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
+from orchestration.workloads.replay_job import dead_letter_replay_schedule, replay_job
 from tests.integration.dead_letters import Dead, read_all, spec_text, write
 
 pytestmark = pytest.mark.integration

@@ -11,18 +11,10 @@ import pytest
 from rich.console import Console
 
 from consumers.dev.embedded.pulsar import PULSAR_TEST_CLIENT_KWARGS, PulsarLiteBroker
-from orchestration.backfill import DayCounts
-from orchestration.demo import (
-    DayRow,
-    Outcome,
-    Watched,
-    _print_summary,
-    demo_days,
-    print_reconciliation,
-    pulsar_unacknowledged,
-    run_demo,
-)
-from orchestration.demo_events import generate
+from orchestration.demo.events import generate
+from orchestration.demo.report import DayRow, Outcome, Watched, print_reconciliation, print_summary
+from orchestration.demo.runner import demo_days, pulsar_unacknowledged, run_demo
+from orchestration.lake.backfill import DayCounts
 from tests.backends import PulsarBackend
 
 pytestmark = pytest.mark.integration
@@ -125,8 +117,8 @@ def outcome(**changes: object) -> Outcome:
 def test_summary_fails_when_one_workload_misses_one_check(bad: dict[str, object]) -> None:
     out = io.StringIO()
     console = Console(file=out, width=200)
-    assert _print_summary([outcome(), outcome(label="v (Pulsar)")], console)
-    assert not _print_summary([outcome(), outcome(label="v (Pulsar)", **bad)], console)
+    assert print_summary([outcome(), outcome(label="v (Pulsar)")], console)
+    assert not print_summary([outcome(), outcome(label="v (Pulsar)", **bad)], console)
     assert "NO" in out.getvalue()
 
 

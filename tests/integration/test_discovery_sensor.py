@@ -40,10 +40,10 @@ from dagster._core.test_utils import (
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._daemon.sensor import execute_sensor_iteration
 
-from orchestration.discovery import build_discovery_sensor, workload_discovery_sensor
-from orchestration.discovery_state import CRASH_LOOP_TAG, RESTARTS_TAG, RestartPolicy
-from orchestration.heartbeat import write_heartbeat
-from orchestration.workloads import (
+from orchestration.workloads.cursor import CRASH_LOOP_TAG, RESTARTS_TAG, RestartPolicy
+from orchestration.workloads.discovery import build_discovery_sensor, workload_discovery_sensor
+from orchestration.workloads.heartbeat import write_heartbeat
+from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,
     DISCOVERY_SENSOR_NAME,
     GENERATION_TAG,

@@ -26,13 +26,13 @@ from dagster import (
 from pyspark.sql import DataFrame, SparkSession
 from typer.testing import CliRunner
 
-from orchestration import lake_tables
-from orchestration.backfill import RANGE_END_TAG, RANGE_START_TAG, RangeRun, materialize_days
 from orchestration.cli import app
-from orchestration.demo_events import DemoRecord, expected_per_day, generate
-from orchestration.instance import SPARK_RUN_TAG
-from orchestration.lake_assets import SPARK_ASSET_NAMES, TABLES
-from orchestration.lake_automation import landed_day_closed
+from orchestration.demo.events import DemoRecord, expected_per_day, generate
+from orchestration.lake import tables as lake_tables
+from orchestration.lake.assets import SPARK_ASSET_NAMES, TABLES
+from orchestration.lake.automation import landed_day_closed
+from orchestration.lake.backfill import RANGE_END_TAG, RANGE_START_TAG, RangeRun, materialize_days
+from orchestration.local.instance import SPARK_RUN_TAG
 from tests.lake import Landed, day_files, land, snapshot
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 from consumers.dev.embedded.tansu import TansuBroker
-from orchestration import demo_events as demo
+from orchestration.demo import events as demo
 from tests.backends import TansuBackend
 from tests.helpers import wait_until
 

@@ -20,8 +20,8 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertSchemaEqual
 
 from consumers.landing.files import LandedRow, SourceIdentity, landed_path, write_landed
-from orchestration import demo_events
-from orchestration.demo_events import DemoRecord, Stream, expected_per_day, generate
+from orchestration.demo import events as demo_events
+from orchestration.demo.events import DemoRecord, Stream, expected_per_day, generate
 from spark_jobs import (
     CLICK_SCHEMA,
     DUPLICATE_SCHEMA,

@@ -25,8 +25,8 @@ from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from typer.testing import CliRunner
 
 from orchestration.cli import app
-from orchestration.discovery_state import DiscoveryState, LastRun, WorkloadState
-from orchestration.instance import prepare_dagster_home
+from orchestration.local.instance import prepare_dagster_home
+from orchestration.workloads.cursor import DiscoveryState, LastRun, WorkloadState
 from tests.integration.discovery_defs import stand_in
 
 pytestmark = pytest.mark.integration

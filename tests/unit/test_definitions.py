@@ -141,7 +141,7 @@ def test_every_spark_asset_is_daily_single_run_with_a_column_schema() -> None:
     from dagster._core.definitions.backfill_policy import BackfillPolicyType
 
     from orchestration.definitions import defs
-    from orchestration.instance import SPARK_POOL, SPARK_RUN_LIMIT, instance_config
+    from orchestration.local.instance import SPARK_POOL, SPARK_RUN_LIMIT, instance_config
 
     graph = defs.resolve_asset_graph()
     for name in SPARK_ASSETS:
@@ -170,7 +170,7 @@ def test_every_spark_asset_is_daily_single_run_with_a_column_schema() -> None:
 def test_landed_assets_follow_the_specs_landing_datasets() -> None:
     from dagster import AssetKey
 
-    from orchestration.lake_assets import landed_assets
+    from orchestration.lake.landed import landed_assets
 
     clicks = spec("clicks", kafka("clickstream.events"), landing={"dataset": "clickstream"})
     audit = spec("audit", pulsar("audit"), landing={"dataset": "audit_log"})
@@ -191,7 +191,7 @@ def test_landed_assets_follow_the_specs_landing_datasets() -> None:
 
 
 def test_the_lake_start_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestration.lake_assets import lake_partitions
+    from orchestration.lake.landed import lake_partitions
 
     monkeypatch.setenv("LANEHOUSE_LAKE_START", "2025-06-01")
     assert lake_partitions().get_first_partition_key() == "2025-06-01"

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from orchestration import demo_events as demo
-from orchestration.demo_events import DemoRecord, expected_per_day, generate
+from orchestration.demo import events as demo
+from orchestration.demo.events import DemoRecord, expected_per_day, generate
 
 pytestmark = pytest.mark.unit
 

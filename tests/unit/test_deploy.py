@@ -15,7 +15,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from orchestration.instance import instance_config
+from orchestration.local.instance import instance_config
 
 pytestmark = pytest.mark.unit
 
@@ -160,7 +160,7 @@ def test_spark_home_in_the_image_is_where_pip_puts_pyspark() -> None:
 
 def test_env_example_spark_properties_are_accepted() -> None:
     """The example's JSON survives .env quoting (single quotes: taken literally by compose)."""
-    from orchestration.spark_config import SPARK_CONF_ENV, extra_spark_conf
+    from orchestration.lake.spark_config import SPARK_CONF_ENV, extra_spark_conf
 
     (line,) = [
         line

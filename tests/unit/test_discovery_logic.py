@@ -15,8 +15,7 @@ import pytest
 from dagster import DagsterRunStatus
 
 from consumers.config.spec import WorkloadSpec, spec_hash
-from orchestration.discovery_logic import Decision, decide, tracked_run_ids
-from orchestration.discovery_state import (
+from orchestration.workloads.cursor import (
     CRASH_LOOP_TAG,
     HEARTBEAT_TIMEOUT_ENV,
     RESTARTS_TAG,
@@ -26,8 +25,9 @@ from orchestration.discovery_state import (
     RunInfo,
     policy_from_env,
 )
-from orchestration.registry import InvalidSpec, RegisteredWorkload, Registry
-from orchestration.workloads import GENERATION_TAG, SPEC_HASH_TAG, WORKLOAD_TAG
+from orchestration.workloads.decisions import Decision, decide, tracked_run_ids
+from orchestration.workloads.names import GENERATION_TAG, SPEC_HASH_TAG, WORKLOAD_TAG
+from orchestration.workloads.registry import InvalidSpec, RegisteredWorkload, Registry
 
 S = DagsterRunStatus
 POLICY = RestartPolicy(

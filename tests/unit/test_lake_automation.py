@@ -16,7 +16,7 @@ from dagster import (
     instance_for_test,
 )
 
-from orchestration.lake_automation import (
+from orchestration.lake.automation import (
     Cursor,
     closed_day_requests,
     landed_day_closed,

@@ -8,9 +8,9 @@ from collections import Counter
 
 import pytest
 
-from orchestration import demo_events as demo
-from orchestration.demo_events import DemoRecord
-from orchestration.live_shop import LiveShop, run_live_shop
+from orchestration.demo import events as demo
+from orchestration.demo.events import DemoRecord
+from orchestration.demo.live_shop import LiveShop, run_live_shop
 
 pytestmark = pytest.mark.unit
 

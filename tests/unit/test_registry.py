@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestration.registry import InvalidSpec, SpecCache, read_registry
+from orchestration.workloads.registry import InvalidSpec, SpecCache, read_registry
 
 SPEC = """\
 name: {name}

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from orchestration import replicas
 from orchestration.cli import app
+from orchestration.local import replicas
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.timeout(60)  # a supervisor that fails to stop its children hangs
@@ -143,7 +143,7 @@ def test_a_failed_replica_stops_the_others_gracefully(
 
 def test_children_get_sigterm_when_the_supervisor_is_killed(tmp_path: Path) -> None:
     code = (
-        "import sys; from orchestration.replicas import supervise; "
+        "import sys; from orchestration.local.replicas import supervise; "
         f"supervise({children(tmp_path, 'drain', 'drain')!r})"
     )
     supervisor = subprocess.Popen(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestration.spark_config import (
+from orchestration.lake.spark_config import (
     APP_NAME,
     LOCAL_ONLY_KEYS,
     extra_spark_conf,
@@ -125,7 +125,7 @@ def test_secret_properties_reach_the_session_but_not_the_resource_config(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Dagster shows a resource's config in the UI: a secret must not be part of it."""
-    from orchestration.lake_assets import spark_resource
+    from orchestration.lake.assets import spark_resource
 
     monkeypatch.setenv("LANEHOUSE_SPARK_MASTER", "spark://spark-master:7077")
     monkeypatch.setenv(
@@ -142,7 +142,7 @@ def test_secret_properties_reach_the_session_but_not_the_resource_config(
 def test_a_bad_setting_stops_the_resource_from_being_built(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from orchestration.lake_assets import spark_resource
+    from orchestration.lake.assets import spark_resource
 
     monkeypatch.setenv("LANEHOUSE_SPARK_CONF", '{"executor.memory": "2g"}')
     with pytest.raises(ValueError, match="LANEHOUSE_SPARK_CONF"):

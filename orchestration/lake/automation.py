@@ -36,12 +36,8 @@ from dagster import (
     sensor,
 )
 
-from orchestration.lake_assets import (
-    LAKE_PARTITIONS,
-    PROCESSED_DATASET,
-    SPARK_JOB_NAME,
-    landed_key,
-)
+from orchestration.lake.assets import PROCESSED_DATASET, SPARK_JOB_NAME
+from orchestration.lake.landed import LAKE_PARTITIONS, landed_key
 
 SENSOR_NAME: Final = "landed_day_closed"
 DEFAULT_GRACE: Final = timedelta(minutes=10)

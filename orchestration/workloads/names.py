@@ -1,8 +1,10 @@
 """Names shared by the consumer job, the discovery sensor and the CLI: the ``workloads``
-partitions, run tags, and where workload specs live.
+partitions' name, run tags, and where workload specs live.
 
 One module so the sensor can target the job by name and tag runs the way the job and
-``lanehouse workloads`` read them, without importing each other.
+``lanehouse workloads`` read them, without importing each other. It does not import Dagster (the
+CLI and ``lanehouse up`` use it); the partitions definition itself is in
+:mod:`orchestration.workloads.partitions`.
 """
 
 from __future__ import annotations
@@ -12,15 +14,12 @@ import re
 from pathlib import Path
 from typing import Final, Literal
 
-from dagster import DynamicPartitionsDefinition
-
 from consumers.config.pulsar_options import validate_pulsar_topic
 
 SourceKind = Literal["kafka", "pulsar"]
 
 #: One dynamic partition per workload name: the UI shows one row per workload.
 WORKLOAD_PARTITIONS_NAME: Final = "workloads"
-WORKLOAD_PARTITIONS: Final = DynamicPartitionsDefinition(name=WORKLOAD_PARTITIONS_NAME)
 #: The job that runs one workload (partition key = workload name) until it is stopped.
 CONSUMER_JOB_NAME: Final = "consume_workload"
 #: The sensor that registers workloads and starts, restarts and stops their runs.
@@ -40,7 +39,7 @@ PARTITION_TAG: Final = "dagster/partition"
 PARENT_RUN_TAG: Final = "dagster/parent_run_id"
 
 #: Where workload specs live unless ``LANEHOUSE_WORKLOADS`` says otherwise.
-DEFAULT_WORKLOADS_DIR: Final = Path(__file__).resolve().parent.parent / "workloads"
+DEFAULT_WORKLOADS_DIR: Final = Path(__file__).resolve().parents[2] / "workloads"
 
 
 def workloads_dir() -> Path:

@@ -2,7 +2,8 @@
 
 Reads the instance directly (``$DAGSTER_HOME``, or ``<state dir>/dagster`` as ``lanehouse up``
 sets it up), so it answers while the UI is down and works against PostgreSQL storage too.
-Dagster is imported inside the commands: ``lanehouse --help`` stays fast.
+Dagster (the instance, :mod:`orchestration.workloads.status`) is imported inside the commands:
+``lanehouse --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from consumers.config.loading import state_dir as default_state_dir
+from orchestration.workloads.names import workloads_dir
+
 if TYPE_CHECKING:
     from dagster import DagsterInstance
 
-    from orchestration.workload_status import WorkloadStatus
+    from orchestration.workloads.status import WorkloadStatus
 
 workloads_app = typer.Typer(
     name="workloads",
@@ -54,8 +58,6 @@ def _instance(state_dir: Path | None) -> DagsterInstance:
     """The instance ``lanehouse up`` runs on; exit 2 with a hint when there is none."""
     from dagster import DagsterInstance
 
-    from consumers.config.loading import state_dir as default_state_dir
-
     if state_dir is None and os.environ.get("DAGSTER_HOME"):
         home = Path(os.environ["DAGSTER_HOME"])
     else:
@@ -74,8 +76,7 @@ def _instance(state_dir: Path | None) -> DagsterInstance:
 def _collect(
     state_dir: Path | None, specs: Path | None, names: list[str] | None
 ) -> tuple[list[WorkloadStatus], str | None]:
-    from orchestration.workload_status import collect_statuses, sensor_state
-    from orchestration.workloads import workloads_dir
+    from orchestration.workloads.status import collect_statuses, sensor_state
 
     directory = specs if specs is not None else workloads_dir()
     with _instance(state_dir) as instance:

@@ -5,9 +5,10 @@
     topics/<topic> ──▶ landed_orders ──▶ clean_orders, order_quarantine, order_duplicates
                                   clean_orders + sessions ──▶ daily_revenue
 
-Landed assets are ``AssetSpec``s only: consumer runs report their materializations (one per
-closed file or day). Every Spark asset is a thin wrapper over ``spark_jobs``: read the days of
-its run from storage, call one pure function, write the same days back (``lake_tables``).
+Landed assets are ``AssetSpec``s only (:mod:`orchestration.lake.landed`, with the day
+partitions): consumer runs report their materializations (one per closed file or day). Every
+Spark asset is a thin wrapper over ``spark_jobs``: read the days of its run from storage, call
+one pure function, write the same days back (:mod:`orchestration.lake.tables`).
 Everything is partitioned by one UTC day; ``BackfillPolicy.single_run()`` makes a range
 backfill one run, hence one Spark job over all its days, not one JVM per day.
 """
@@ -15,16 +16,13 @@ backfill one run, hence one Spark job over all its days, not one JVM per day.
 # No ``from __future__ import annotations``: Dagster compares the asset functions' ``context``
 # and resource annotations with the real classes.
 
-import os
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date
 from typing import Any, Final, cast
 
 from dagster import (
     AssetCheckResult,
-    AssetChecksDefinition,
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
@@ -33,17 +31,13 @@ from dagster import (
     AssetSelection,
     AssetSpec,
     BackfillPolicy,
-    DailyPartitionsDefinition,
     InitResourceContext,
     MaterializeResult,
     MetadataValue,
-    TableColumn,
     TableColumnDep,
     TableColumnLineage,
     TableRecord,
-    TableSchema,
     asset,
-    build_last_update_freshness_checks,
     define_asset_job,
     in_process_executor,
     multi_asset,
@@ -52,12 +46,16 @@ from dagster_pyspark import PySparkResource
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from consumers.config.spec import WorkloadSpec
-from orchestration import lake_tables
-from orchestration.demo_events import STREAM_DATASETS
-from orchestration.instance import SPARK_POOL, SPARK_RUN_TAG, lake_dir
-from orchestration.spark_config import is_local, public_conf, secret_conf, session_conf
-from orchestration.workloads import topic_asset_key
+from orchestration.lake import tables as lake_tables
+from orchestration.lake.landed import (
+    CLICKS_DATASET,
+    LAKE_PARTITIONS,
+    ORDERS_DATASET,
+    landed_key,
+    table_schema,
+)
+from orchestration.lake.spark_config import is_local, public_conf, secret_conf, session_conf
+from orchestration.local.instance import SPARK_POOL, SPARK_RUN_TAG, lake_dir
 from spark_jobs import (
     CLICK_SCHEMA,
     DUPLICATE_SCHEMA,
@@ -79,121 +77,17 @@ from spark_jobs import (
     sessionize,
 )
 
-DEFAULT_LAKE_START: Final = date(2026, 1, 1)
-#: A landed dataset whose latest materialization is older than this fails its freshness check.
-DEFAULT_LANDED_MAX_AGE_MINUTES: Final = 60
-#: Datasets the Spark assets read: their landed assets exist even when no spec lands there.
-CLICKS_DATASET: Final = STREAM_DATASETS["clicks"]
-ORDERS_DATASET: Final = STREAM_DATASETS["orders"]
 SPARK_JOB_NAME: Final = "spark_daily"
 #: The clean table of each dataset, which carries its reconciliation check.
 PROCESSED_DATASET: Final = {"clean_clicks": CLICKS_DATASET, "clean_orders": ORDERS_DATASET}
 RECONCILE_CHECK: Final = "reconciles"
 
 
-def lake_partitions() -> DailyPartitionsDefinition:
-    """UTC days from ``LANEHOUSE_LAKE_START`` (default 2026-01-01) through today.
-
-    ``end_offset=1``: today's partition exists while it is still being landed.
-    """
-    raw = os.environ.get("LANEHOUSE_LAKE_START", "").strip()
-    try:
-        start = date.fromisoformat(raw) if raw else DEFAULT_LAKE_START
-    except ValueError:
-        raise ValueError(
-            f"LANEHOUSE_LAKE_START must be a date like 2026-01-01 (UTC day of the first lake "
-            f"partition), got {raw!r}"
-        ) from None
-    return DailyPartitionsDefinition(
-        start_date=start.isoformat(), timezone="UTC", end_offset=1, fmt="%Y-%m-%d"
-    )
-
-
-LAKE_PARTITIONS: Final = lake_partitions()
-
-
-def landed_max_age() -> timedelta:
-    raw = os.environ.get("LANEHOUSE_LANDED_MAX_AGE_MINUTES", "").strip()
-    if not raw:
-        return timedelta(minutes=DEFAULT_LANDED_MAX_AGE_MINUTES)
-    if not raw.isdigit() or int(raw) == 0:
-        raise ValueError(f"LANEHOUSE_LANDED_MAX_AGE_MINUTES must be a positive int, got {raw!r}")
-    return timedelta(minutes=int(raw))
-
-
-def table_schema(schema: StructType) -> TableSchema:
-    """``dagster/column_schema`` from a ``spark_jobs.schemas`` constant."""
-    return TableSchema(
-        columns=[TableColumn(name=f.name, type=f.dataType.simpleString()) for f in schema.fields]
-    )
-
-
-# --------------------------------------------------------------------------- landed
-
-
-def landed_key(dataset: str) -> AssetKey:
-    """The asset of a landed dataset (the spec validated the dataset name)."""
-    return AssetKey(f"landed_{dataset}")
-
-
-def landed_assets(specs: Sequence[WorkloadSpec]) -> list[AssetSpec]:
-    """One ``landed_<dataset>`` per dataset some spec lands into, plus clickstream and orders.
-
-    Its deps are the topics of the workloads landing there.
-    """
-    writers: dict[str, list[WorkloadSpec]] = {CLICKS_DATASET: [], ORDERS_DATASET: []}
-    for spec in specs:
-        if spec.landing is not None:
-            writers.setdefault(spec.landing.dataset, []).append(spec)
-    assets = []
-    for dataset, landing_specs in sorted(writers.items()):
-        topics = sorted(
-            {
-                AssetKey(topic_asset_key(topic, spec.source.kind))
-                for spec in landing_specs
-                for topic in spec.source.topics
-            },
-            key=AssetKey.to_user_string,
-        )
-        workloads = ", ".join(sorted(s.name for s in landing_specs)) or "no workload yet"
-        assets.append(
-            AssetSpec(
-                key=landed_key(dataset),
-                deps=list(topics),
-                description=f"Records landed as Parquet under landed/{dataset}/ by {workloads}.",
-                group_name="landed",
-                kinds={"parquet"},
-                partitions_def=LAKE_PARTITIONS,
-                metadata={
-                    "dataset": dataset,
-                    "workloads": workloads,
-                    "dagster/column_schema": table_schema(LANDED_SCHEMA),
-                },
-            )
-        )
-    return assets
-
-
-def landed_freshness_checks(landed: Sequence[AssetSpec]) -> Sequence[AssetChecksDefinition]:
-    """Dagster's own check: fails when the newest landed materialization (any day) is older
-    than ``LANEHOUSE_LANDED_MAX_AGE_MINUTES``. Evaluated by the ``landed_freshness`` sensor.
-
-    Dagster 1.13 marks this factory superseded by ``FreshnessPolicy``; that one needs the
-    instance's freshness daemon switched on and yields a state, not a check result with
-    metadata, so the factory stays until the platform moves to it (its warning is silenced).
-    """
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*build_last_update_freshness_checks")
-        return build_last_update_freshness_checks(
-            assets=[spec.key for spec in landed], lower_bound_delta=landed_max_age()
-        )
-
-
 # --------------------------------------------------------------------------- Spark resource
 
 
 class LakeSparkResource(PySparkResource):
-    """``PySparkResource`` for the Spark assets (settings: ``orchestration.spark_config``).
+    """``PySparkResource`` for the Spark assets (settings: ``orchestration.lake.spark_config``).
 
     With a local master it first puts ``LOCAL_SPARK_ENV`` in the environment the JVM inherits
     (never for a cluster: ``SPARK_LOCAL_IP=127.0.0.1`` would hide the driver from executors).

@@ -21,8 +21,8 @@ from dagster import DagsterRunStatus
 from pydantic import Field, ValidationError
 
 from consumers.config.loading import FrozenModel
-from orchestration.heartbeat import HEARTBEAT_SECONDS
-from orchestration.workloads import GENERATION_TAG, SPEC_HASH_TAG, WORKLOAD_TAG
+from orchestration.workloads.heartbeat import HEARTBEAT_SECONDS
+from orchestration.workloads.names import GENERATION_TAG, SPEC_HASH_TAG, WORKLOAD_TAG
 
 __all__ = [
     "CRASH_LOOP_TAG",
@@ -149,7 +149,7 @@ class RunInfo:
     spec_hash: str | None = None
     #: ``STOP_REASON_TAG``: set by whoever stopped it on purpose (the sensor, the platform).
     stop_reason: str | None = None
-    #: Its latest heartbeat (:mod:`orchestration.heartbeat`), if it has beaten yet.
+    #: Its latest heartbeat (:mod:`orchestration.workloads.heartbeat`), if it has beaten yet.
     heartbeat: str | None = None
 
     @property

@@ -20,7 +20,7 @@ terminated run SUCCESS under the in-process executor; re-raising lets Dagster de
 under the multiprocess executor: CANCELED when the run was being terminated, FAILURE
 ("interrupted unexpectedly") for a signal Dagster did not send.
 
-Liveness. The op writes a heartbeat every ``HEARTBEAT_SECONDS`` (:mod:`orchestration.heartbeat`);
+Liveness. The op writes a heartbeat every ``HEARTBEAT_SECONDS`` (:mod:`orchestration.workloads.heartbeat`);
 the discovery sensor marks a run whose heartbeat stops as ended, so a worker killed outright is
 restarted. A run that finds itself marked ended while still running stops gracefully.
 
@@ -28,13 +28,13 @@ Threads. The in-process executor runs the step inline on the thread that runs th
 worker's main thread (``dagster api execute_run``), or whoever calls ``execute_in_process``.
 Python allows signal handlers on the main thread only; elsewhere the status poll is the only
 termination notice. Everything that talks to Dagster (logs, observations) happens on the op's
-thread: the engine's loop runs there, and so does the reporting task.
+thread: the engine's loop runs there, and so does the reporting task
+(:mod:`orchestration.workloads.reporting`).
 """
 
 # No ``from __future__ import annotations``: Dagster reads the op's ``config`` annotation at
 # definition time and cannot resolve it from a string.
 import asyncio
-import hashlib
 import signal
 import threading
 from collections.abc import Iterator
@@ -44,9 +44,6 @@ from types import FrameType
 from typing import Final
 
 from dagster import (
-    AssetKey,
-    AssetMaterialization,
-    AssetObservation,
     Config,
     DagsterExecutionInterruptedError,
     DagsterRunStatus,
@@ -62,27 +59,22 @@ from consumers.config.loading import read_yaml_mapping, spec_files
 from consumers.config.spec import WorkloadSpec, load_spec, spec_hash
 from consumers.engine import event_loop
 from consumers.errors import SpecError
-from consumers.landing.sink import LandedFile
 from consumers.service.app import ConsumerApp, WorkloadSummary
 from consumers.service.launch import build_app
-from consumers.service.metrics import WorkloadSnapshot, key_label, workload_snapshot
-from orchestration.heartbeat import HEARTBEAT_SECONDS, write_heartbeat
-from orchestration.instance import lake_dir
-from orchestration.lake_assets import LAKE_PARTITIONS, landed_key
-from orchestration.workloads import (
+from orchestration.local.instance import lake_dir
+from orchestration.workloads.heartbeat import HEARTBEAT_SECONDS, write_heartbeat
+from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,
     SPEC_HASH_TAG,
-    WORKLOAD_PARTITIONS,
-    topic_asset_key,
     workloads_dir,
 )
+from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
+from orchestration.workloads.reporting import Reporter
 
 #: How often the op reads its run's status (CANCELING: stop; CANCELED: stop at once).
 STATUS_POLL_SECONDS = 1.0
 #: How often an immediate stop checks whether the drain has begun.
 ABORT_POLL_SECONDS: Final = 0.01
-
-ObservationMetadata = dict[str, str | int | float | None]
 
 
 class ConsumerRunConfig(Config):
@@ -264,7 +256,7 @@ async def watch_run_status(context: OpExecutionContext, stop: StopRequests) -> N
 
 
 async def beat(context: OpExecutionContext, workload: str) -> None:
-    """Tell the discovery sensor this run's worker is alive (see :mod:`orchestration.heartbeat`).
+    """Tell the discovery sensor this run's worker is alive (see :mod:`orchestration.workloads.heartbeat`).
 
     A failed write is logged and retried on the next beat: missing beats for
     ``heartbeat_timeout`` make the sensor declare the run dead, and the run then stops itself.
@@ -278,146 +270,6 @@ async def beat(context: OpExecutionContext, workload: str) -> None:
         except Exception as exc:
             context.log.warning(f"heartbeat {count} not written: {exc!r}")
         await asyncio.sleep(HEARTBEAT_SECONDS)
-
-
-# ---------------------------------------------------------------------------- reporting
-
-
-def topic_metadata(
-    snap: WorkloadSnapshot, topic: str, throughput: float, status: str
-) -> ObservationMetadata:
-    """One topic's observation. Counters and in-flight calls are the workload's (the engine
-    counts per workload); lag and the watermark pin are this topic's partitions'."""
-    parts = [p for p in snap.partitions if p.topic == topic]
-    lags = [p.lag for p in parts if p.lag is not None]
-    pins = [p for p in parts if p.pinned_seconds is not None]
-    pin = max(pins, key=lambda p: p.pinned_seconds or 0.0) if pins else None
-    return {
-        "workload": snap.name,
-        "status": status,
-        "records_completed": snap.counters["completed"],
-        "records_failed": snap.counters["failed"],
-        "throughput_per_s": round(throughput, 3),
-        "lag": sum(lags) if lags else None,
-        "in_flight": snap.in_flight,
-        "partitions": len(parts),
-        "pinned_partition": pin.partition if pin else None,
-        "pinned_offset": pin.pinned_offset if pin else None,
-        "pinned_key": key_label(pin.pinned_key) if pin else None,
-        "pinned_seconds": round(pin.pinned_seconds or 0.0, 3) if pin else None,
-    }
-
-
-#: Data version tag of a materialization (``dagster.DATA_VERSION_TAG`` is not exported).
-DATA_VERSION_TAG: Final = "dagster/data_version"
-
-
-def landed_materializations(
-    files: list[LandedFile], workload: str, digest: str
-) -> tuple[list[AssetMaterialization], list[LandedFile]]:
-    """One materialization of ``landed_<dataset>`` per (dataset, day) among ``files``; and the
-    files of days the lake's partitions do not have (a record timestamped before
-    ``LANEHOUSE_LAKE_START`` or in the future), which cannot be reported with a partition.
-
-    The data version is a digest of the files' names and row counts, so downstream Spark
-    assets of that day show as stale after each new file.
-    """
-    groups: dict[tuple[str, str], list[LandedFile]] = {}
-    outside: list[LandedFile] = []
-    for file in files:
-        day = file.day.isoformat()
-        if LAKE_PARTITIONS.has_partition_key(day):
-            groups.setdefault((file.dataset, day), []).append(file)
-        else:
-            outside.append(file)
-    events = []
-    for (dataset, day), group in sorted(groups.items()):
-        ranges: dict[str, list[str]] = {}
-        for file in group:
-            label = f"{file.topic}[{file.partition}]"
-            ranges.setdefault(label, []).append(f"{file.first_offset}-{file.last_offset}")
-        version = hashlib.sha256(
-            "\n".join(f"{f.path.name}:{f.rows}" for f in group).encode()
-        ).hexdigest()[:16]
-        events.append(
-            AssetMaterialization(
-                asset_key=landed_key(dataset),
-                partition=day,
-                description=f"{len(group)} landed files from workload {workload}",
-                metadata={
-                    "rows": sum(f.rows for f in group),
-                    "files": len(group),
-                    "offset_ranges": ranges,
-                    "paths": [str(f.path) for f in group],
-                    "workload": workload,
-                    "spec_hash": digest,
-                },
-                tags={DATA_VERSION_TAG: version},
-            )
-        )
-    return events, outside
-
-
-class Reporter:
-    """Observes each source topic asset from engine snapshots, and reports landed files as
-    materializations (on the op's thread only)."""
-
-    def __init__(self, context: OpExecutionContext, app: ConsumerApp, spec: WorkloadSpec) -> None:
-        self._context = context
-        self._app = app
-        self._name = self.workload = spec.name
-        self._keys = {
-            topic: AssetKey(topic_asset_key(topic, spec.source.kind))
-            for topic in spec.source.topics
-        }
-        self._since = app.clock.now()
-        self._completed = 0
-        self._digest = spec_hash(spec)
-
-    async def every(self, seconds: float) -> None:
-        while True:
-            await self._app.clock.sleep(seconds)
-            try:
-                self.observe("running")
-            except Exception as exc:  # a storage hiccup must not end reporting for the run
-                self._context.log.warning(f"progress report failed, trying again: {exc!r}")
-
-    def observe(self, status: str) -> None:
-        if self._name not in self._app.runners:
-            return  # the engine never started
-        now = self._app.clock.now()
-        snap = workload_snapshot(self._app, self._name, now)
-        completed = snap.counters["completed"]
-        elapsed = now - self._since
-        throughput = (completed - self._completed) / elapsed if elapsed > 0 else 0.0
-        self._since, self._completed = now, completed
-        for topic, key in self._keys.items():
-            metadata = topic_metadata(snap, topic, throughput, status)
-            self._context.log_event(AssetObservation(asset_key=key, metadata=metadata))
-        landing = self._app.runners[self._name].landing
-        if landing is not None:
-            files = landing.take_landed()
-            try:
-                self._report_landed(files)
-            except Exception:
-                landing.put_back(files)  # reported again next time
-                raise
-        # log_event has already written the events to the instance; the context also keeps
-        # them (~4 KB each) until the op returns, which for a consumer is weeks: drop them.
-        for _ in self._context.consume_events():
-            pass
-
-    def _report_landed(self, files: list[LandedFile]) -> None:
-        events, outside = landed_materializations(files, self._name, self._digest)
-        for event in events:
-            self._context.log_event(event)
-        if outside:
-            days = sorted({f.day.isoformat() for f in outside})
-            self._context.log.warning(
-                f"workload {self._name}: {sum(f.rows for f in outside)} rows landed for days "
-                f"outside the lake's partitions ({', '.join(days[:5])}); they are in the lake "
-                "but not reported to Dagster (see LANEHOUSE_LAKE_START)"
-            )
 
 
 # ---------------------------------------------------------------------------- the job

@@ -32,9 +32,9 @@ from typing import Any, Final
 from consumers.config.spec import KafkaSourceSpec, PulsarSourceSpec, WorkloadSpec
 from consumers.dev.embedded.child import BrokerProcess
 from consumers.errors import LanehouseError
-from orchestration.demo_events import STREAM_DATASETS
-from orchestration.instance import lake_dir, prepare_dagster_home, prepare_platform_config
-from orchestration.workloads import (
+from orchestration.demo.events import STREAM_DATASETS
+from orchestration.local.instance import lake_dir, prepare_dagster_home, prepare_platform_config
+from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,
     DISCOVERY_SENSOR_NAME,
     PLATFORM_STOP_REASON,
@@ -44,7 +44,7 @@ from orchestration.workloads import (
 
 log = logging.getLogger("lanehouse.up")
 
-REPO: Final = Path(__file__).resolve().parent.parent
+REPO: Final = Path(__file__).resolve().parents[2]
 LOCATION: Final = "lanehouse"  # workspace.yaml's location_name
 #: Runs to terminate; a CANCELING one is already draining (a second SIGINT would cut its drain
 #: short), so it is only waited for.
@@ -138,7 +138,7 @@ class Platform:
         Workloads landing the demo's datasets get the live shop (records the Spark assets
         clean); any other workload gets the keyed sample stream of ``lanehouse produce``.
         """
-        from orchestration.registry import read_registry
+        from orchestration.workloads.registry import read_registry
 
         shop: dict[str, list[str]] = {}  # stream -> the shop options that feed it
         for spec in read_registry(self.settings.workloads).specs():

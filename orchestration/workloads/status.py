@@ -3,7 +3,7 @@
 Three sources, all read from the Dagster instance and the workloads directory, so the command
 works the same against ``lanehouse up`` on a laptop and a production instance on PostgreSQL:
 
-* the **spec** (:mod:`orchestration.registry`): valid or not, enabled, source, topics;
+* the **spec** (:mod:`orchestration.workloads.registry`): valid or not, enabled, source, topics;
 * the **discovery sensor's cursor**: whether a person stopped the workload, recent crashes, the
   restart backoff;
 * the **runs** of the consumer job for the workload's partition, and the engine's metrics as the
@@ -23,7 +23,7 @@ from dagster import AssetKey, DagsterInstance, RunsFilter
 from pydantic import BaseModel, ConfigDict
 
 from consumers.config.spec import WorkloadSpec
-from orchestration.discovery_state import (
+from orchestration.workloads.cursor import (
     CRASH_LOOP_TAG,
     FINISHED,
     RESTARTS_TAG,
@@ -32,9 +32,8 @@ from orchestration.discovery_state import (
     WorkloadState,
     policy_from_env,
 )
-from orchestration.heartbeat import read_heartbeats
-from orchestration.registry import InvalidSpec, Registry, read_registry
-from orchestration.workloads import (
+from orchestration.workloads.heartbeat import read_heartbeats
+from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,
     DISCOVERY_SENSOR_NAME,
     GENERATION_TAG,
@@ -44,6 +43,7 @@ from orchestration.workloads import (
     STOP_REASON_TAG,
     topic_asset_key,
 )
+from orchestration.workloads.registry import InvalidSpec, Registry, read_registry
 
 __all__ = ["RunSummary", "TopicProgress", "WorkloadStatus", "collect_statuses", "sensor_state"]
 

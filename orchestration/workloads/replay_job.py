@@ -11,7 +11,7 @@ Off by default twice over (the schedule and the spec flag): replaying a record t
 reason nobody fixed only sends it round again. The job can also be launched by hand from the
 launchpad for any Kafka workload with a dead-letter topic, whatever its flag. Two replays of one
 workload must not overlap; the instance's tag limit on ``REPLAY_TAG`` (one run per value)
-serialises them (``REPLAY_RUN_TAG`` in :mod:`orchestration.instance`).
+serialises them (``REPLAY_RUN_TAG`` in :mod:`orchestration.local.instance`).
 """
 
 # No ``from __future__ import annotations``: Dagster reads the op's ``config`` annotation.
@@ -35,15 +35,11 @@ from pydantic import Field
 from consumers.config.spec import KafkaSourceSpec, WorkloadSpec
 from consumers.dead_letters.admin import replay_client_config, replay_dead_letters
 from consumers.errors import LanehouseError
-from orchestration.consumer_job import find_workload
-from orchestration.instance import REPLAY_RUN_TAG
-from orchestration.registry import read_registry
-from orchestration.workloads import (
-    WORKLOAD_PARTITIONS,
-    WORKLOAD_PARTITIONS_NAME,
-    WORKLOAD_TAG,
-    workloads_dir,
-)
+from orchestration.local.instance import REPLAY_RUN_TAG
+from orchestration.workloads.job import find_workload
+from orchestration.workloads.names import WORKLOAD_PARTITIONS_NAME, WORKLOAD_TAG, workloads_dir
+from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
+from orchestration.workloads.registry import read_registry
 
 __all__ = ["REPLAY_JOB_NAME", "dead_letter_replay_schedule", "replay_job", "replayable"]
 

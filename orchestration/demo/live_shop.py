@@ -2,7 +2,7 @@
 
 Why: ``lanehouse up`` runs the pipeline continuously, and its Spark assets clean today's
 partition. The producers must therefore send what the cleaning rules expect (the demo's clicks
-and orders, :mod:`orchestration.demo_events`), stamped with the moment they are sent, with a
+and orders, :mod:`orchestration.demo.events`), stamped with the moment they are sent, with a
 few malformed records so the quarantine has something to show.
 
 Sessions start at a steady pace; each session's events are sent when their moment comes, so
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from orchestration.demo_events import (
+from orchestration.demo.events import (
     MAX_USERS,
     DefectKind,
     DemoRecord,
@@ -33,10 +33,10 @@ from orchestration.demo_events import (
     session_events,
     to_record,
 )
-from orchestration.demo_producers import RecordSink
+from orchestration.demo.producers import RecordSink
 
 #: Clicks per session on average (views, carts, purchases), measured over 100,000 sessions of
-#: :func:`orchestration.demo_events.session_events`; it turns a click rate into a session rate.
+#: :func:`orchestration.demo.events.session_events`; it turns a click rate into a session rate.
 CLICKS_PER_SESSION: Final = 5.7
 #: The shop opens in full swing: sessions start this long before it (longer than any session
 #: lasts), and only their events from the opening on are sent, so orders flow from the start.

@@ -1,9 +1,9 @@
 """The workload discovery sensor: one run of ``consume_workload`` per enabled workload.
 
 Every tick (10 s apart by default) it reads the workloads directory
-(:mod:`orchestration.registry`), registers each valid workload as a ``workloads`` partition, and
+(:mod:`orchestration.workloads.registry`), registers each valid workload as a ``workloads`` partition, and
 starts, restarts and stops the consumer runs. The decisions are a pure function
-(:func:`orchestration.discovery_logic.decide`); this module gathers its inputs from the instance
+(:func:`orchestration.workloads.decisions.decide`); this module gathers its inputs from the instance
 and applies its outputs.
 
 What an operator sees:
@@ -18,12 +18,12 @@ What an operator sees:
   and, once crash-looping, ``lanehouse/crash_loop=true`` (filter the Runs page by that tag).
   A run it stops gets ``lanehouse/stop_reason`` (``removed``, ``disabled``, ``spec_changed``,
   ``superseded``) before Dagster terminates it.
-* **Dead runs.** A STARTED or CANCELING run whose heartbeat (:mod:`orchestration.heartbeat`)
+* **Dead runs.** A STARTED or CANCELING run whose heartbeat (:mod:`orchestration.workloads.heartbeat`)
   has not changed for ``heartbeat_timeout`` (120 s; ``LANEHOUSE_HEARTBEAT_TIMEOUT``) lost its
   worker: the sensor marks it FAILURE (then it restarts like any crash) or CANCELED, with the
   reason as the run's failure message.
 * **The cursor** (sensor page): the per-workload state as JSON
-  (:class:`~orchestration.discovery_state.DiscoveryState`).
+  (:class:`~orchestration.workloads.cursor.DiscoveryState`).
 """
 
 from __future__ import annotations
@@ -51,8 +51,7 @@ from dagster import (
     sensor,
 )
 
-from orchestration.discovery_logic import decide, tracked_run_ids
-from orchestration.discovery_state import (
+from orchestration.workloads.cursor import (
     FINISHED,
     Abandon,
     Cancel,
@@ -61,9 +60,9 @@ from orchestration.discovery_state import (
     RunInfo,
     policy_from_env,
 )
-from orchestration.heartbeat import read_heartbeats
-from orchestration.registry import SpecCache, read_registry
-from orchestration.workloads import (
+from orchestration.workloads.decisions import decide, tracked_run_ids
+from orchestration.workloads.heartbeat import read_heartbeats
+from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,
     DISCOVERY_SENSOR_NAME,
     GENERATION_TAG,
@@ -71,11 +70,12 @@ from orchestration.workloads import (
     PARTITION_TAG,
     SPEC_HASH_TAG,
     STOP_REASON_TAG,
-    WORKLOAD_PARTITIONS,
     WORKLOAD_PARTITIONS_NAME,
     WORKLOAD_TAG,
     workloads_dir,
 )
+from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
+from orchestration.workloads.registry import SpecCache, read_registry
 
 __all__ = ["build_discovery_sensor", "collect_runs", "run_info", "workload_discovery_sensor"]
 

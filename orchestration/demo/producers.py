@@ -1,4 +1,4 @@
-"""Send the demo's records (:mod:`orchestration.demo_events`) to the brokers.
+"""Send the demo's records (:mod:`orchestration.demo.events`) to the brokers.
 
 Each record keeps the timestamp the generator gave it (Kafka's record timestamp, Pulsar's event
 time): the lake files a record under the UTC day of that timestamp, so the days the demo
@@ -16,7 +16,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from consumers.dev.embedded.tansu import create_topic
 from consumers.dev.sample import PRODUCER_CONFIG
 from consumers.errors import BrokerError
-from orchestration.demo_events import DemoRecord
+from orchestration.demo.events import DemoRecord
 
 if TYPE_CHECKING:
     import pulsar

@@ -87,7 +87,9 @@ def prepare_dagster_home(state: Path) -> Path:
 
 def _write_generated(path: Path, config: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    header = "# Written by `lanehouse up` (orchestration/instance.py); edits are overwritten.\n"
+    header = (
+        "# Written by `lanehouse up` (orchestration/local/instance.py); edits are overwritten.\n"
+    )
     path.write_text(header + yaml.safe_dump(config, sort_keys=False))
 
 

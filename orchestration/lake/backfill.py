@@ -1,4 +1,5 @@
-"""``lanehouse backfill ASSET... --from DAY --to DAY``: rebuild Spark assets over a day range.
+"""Rebuild Spark assets over a day range (``lanehouse backfill ASSET... --from DAY --to DAY``,
+whose command is :mod:`orchestration.cli.backfill`).
 
 Two ways, one result (one run over the whole range, the single-run backfill policy):
 
@@ -9,8 +10,6 @@ Two ways, one result (one run over the whole range, the single-run backfill poli
 - otherwise, or with ``--in-process``: ``spark_daily`` runs here, on the local instance under
   the state dir, with a progress display. :func:`materialize_days` is that path as a function
   (the end-to-end demo calls it) and returns the per-day reconciliation.
-
-Dagster and Spark are imported inside functions: ``lanehouse --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -22,19 +21,19 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import typer
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from dagster import AssetKey, DagsterEventType, DagsterInstance, TableMetadataValue
 
-from orchestration.console import err_console, exits_on, print_error
+from consumers.errors import LanehouseError
+from orchestration.lake.assets import PROCESSED_DATASET, SIBLINGS, SPARK_ASSET_NAMES, SPARK_JOB_NAME
+from orchestration.lake.landed import LAKE_PARTITIONS, landed_key
+from orchestration.local.instance import SPARK_RUN_TAG
+from orchestration.local.up import graphql
 
 if TYPE_CHECKING:
-    from dagster import DagsterInstance, Definitions
+    from dagster import Definitions
 
-DEFAULT_URL: Final = "http://127.0.0.1:3000"
 #: Dagster's run tags for a single-run backfill of a partition range.
 RANGE_START_TAG: Final = "dagster/asset_partition_range_start"
 RANGE_END_TAG: Final = "dagster/asset_partition_range_end"
@@ -79,8 +78,6 @@ def selected_assets(names: Sequence[str]) -> list[str]:
 
     Raises ``ValueError`` naming the valid assets when one is unknown.
     """
-    from orchestration.lake_assets import SIBLINGS, SPARK_ASSET_NAMES
-
     unknown = [n for n in names if n not in SPARK_ASSET_NAMES]
     if unknown or not names:
         raise ValueError(
@@ -96,8 +93,6 @@ def day_range(first: str, last: str, today: date | None = None) -> list[date]:
 
     Raises ``ValueError`` with what is wrong.
     """
-    from orchestration.lake_assets import LAKE_PARTITIONS
-
     days = []
     for flag, text in (("--from", first), ("--to", last)):
         try:
@@ -131,8 +126,6 @@ def webserver_answers(url: str, timeout: float = 2.0) -> bool:
 
 def backfill_variables(assets: Sequence[str], days: Sequence[date]) -> dict[str, Any]:
     """``launchPartitionBackfill`` params: the assets over the days, tagged as a Spark run."""
-    from orchestration.instance import SPARK_RUN_TAG
-
     return {
         "params": {
             "assetSelection": [{"path": [name]} for name in assets],
@@ -145,9 +138,6 @@ def backfill_variables(assets: Sequence[str], days: Sequence[date]) -> dict[str,
 
 def launch_backfill(url: str, assets: Sequence[str], days: Sequence[date]) -> str:
     """Launch the asset backfill on the webserver; its id. ``LanehouseError`` when refused."""
-    from consumers.errors import LanehouseError
-    from orchestration.up import graphql
-
     data = graphql(url.rstrip("/"), BACKFILL_MUTATION, backfill_variables(assets, days))
     result = data["launchPartitionBackfill"]
     if result["__typename"] != "LaunchBackfillSuccess":
@@ -175,10 +165,6 @@ def materialize_days(
     ``log_level`` is the console level of the run's Dagster logs.
     A failing step does not raise: ``success`` says it, and the run's events tell why.
     """
-    from dagster import AssetKey
-
-    from orchestration.lake_assets import SPARK_ASSET_NAMES, SPARK_JOB_NAME
-
     if definitions is None:
         from orchestration.definitions import defs
 
@@ -222,8 +208,6 @@ def materialize_days(
 
 
 def _materialized(instance: DagsterInstance, run_id: str) -> int:
-    from dagster import DagsterEventType
-
     events = instance.all_logs(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
     return len({e.dagster_event.asset_key for e in events if e.dagster_event is not None})
 
@@ -240,10 +224,6 @@ def _watch(
 
 
 def _reconciliation(evaluations: Sequence[Any]) -> dict[str, dict[date, DayCounts]]:
-    from dagster import TableMetadataValue
-
-    from orchestration.lake_assets import PROCESSED_DATASET, landed_key
-
     counts: dict[str, dict[date, DayCounts]] = {}
     for evaluation in evaluations:
         dataset = PROCESSED_DATASET.get(evaluation.asset_key.to_user_string())
@@ -261,95 +241,3 @@ def _reconciliation(evaluations: Sequence[Any]) -> dict[str, dict[date, DayCount
                 unaccounted=int(row["unaccounted"]),
             )
     return counts
-
-
-# --------------------------------------------------------------------------- command
-
-
-def backfill_command(
-    assets: Annotated[
-        list[str],
-        typer.Argument(
-            metavar="ASSET",
-            help="Spark assets to rebuild (e.g. clean_clicks sessions).",
-            show_default=False,
-        ),
-    ],
-    from_: Annotated[str, typer.Option("--from", help="First day, YYYY-MM-DD (UTC).")],
-    to: Annotated[str, typer.Option("--to", help="Last day, YYYY-MM-DD (UTC), included.")],
-    state_dir: Annotated[
-        Path | None,
-        typer.Option(
-            file_okay=False,
-            show_default=False,
-            help="State dir of the local instance for --in-process (default $LANEHOUSE_HOME "
-            "or .lanehouse); its lake/ holds the tables unless LANEHOUSE_LAKE is set.",
-        ),
-    ] = None,
-    in_process: Annotated[
-        bool, typer.Option("--in-process", help="Run here even if a webserver answers.")
-    ] = False,
-    url: Annotated[str, typer.Option(help="Dagster webserver to launch the backfill on.")] = (
-        DEFAULT_URL
-    ),
-) -> None:
-    """Rebuild Spark assets for a range of days as one run (a UI backfill if Dagster is up)."""
-    with exits_on(ValueError, code=2):
-        names = selected_assets(assets)
-    with exits_on(ValueError, code=2):
-        days = day_range(from_, to)
-    if not in_process and webserver_answers(url):
-        _launch_on_webserver(url, names, days)
-    else:
-        if not in_process:
-            err_console.print(escape(f"no Dagster webserver at {url}: running in this process"))
-        _run_here(state_dir, names, days)
-
-
-def _launch_on_webserver(url: str, names: list[str], days: list[date]) -> None:
-    from consumers.errors import LanehouseError
-
-    with exits_on(LanehouseError, OSError):
-        backfill_id = launch_backfill(url, names, days)
-    print(f"backfill {backfill_id}: {', '.join(names)} for {days[0]}..{days[-1]}")
-    print(f"{url.rstrip('/')}/runs/b/{backfill_id}?tab=partitions")
-
-
-def _run_here(state_dir: Path | None, names: list[str], days: list[date]) -> None:
-    import os
-
-    from dagster import DagsterInstance
-
-    from consumers.config.loading import state_dir as default_state_dir
-    from orchestration.instance import lake_dir, prepare_dagster_home
-
-    state = default_state_dir(state_dir)
-    os.environ["LANEHOUSE_LAKE"] = str(lake_dir(state))  # the assets read it at run time
-    instance = DagsterInstance.from_config(str(prepare_dagster_home(state)))
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("assets"),
-        TimeElapsedColumn(),
-        console=err_console,
-    )
-    with progress:
-        task = progress.add_task(escape(f"backfill {days[0]}..{days[-1]}"), total=len(names))
-
-        def report(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total)
-
-        run = materialize_days(
-            days[0], days[-1], instance=instance, assets=names, on_progress=report
-        )
-    for dataset, per_day in sorted(run.reconciliation.items()):
-        for day, c in sorted(per_day.items()):
-            print(
-                f"{dataset} {day}: landed {c.landed} = clean {c.clean} + quarantined "
-                f"{c.quarantined} + duplicates {c.duplicates} (unaccounted {c.unaccounted})"
-            )
-    print(f"run {run.run_id}: {'success' if run.success else 'FAILED'}, lake {lake_dir(state)}")
-    if not run.success or not run.checks_passed:
-        print_error("the run failed or a check did not pass: see the run's events in Dagster")
-        raise typer.Exit(1)

@@ -1,0 +1,141 @@
+"""What the discovery sensor decides on a tick, as a pure function of what it sees.
+
+    decide(registry, state, runs, partitions, now, policy) -> Decision
+
+Inputs: the workload registry, the cursor state, the consumer job's runs seen this tick, the
+existing ``workloads`` partitions and the time (sensor clock, epoch seconds). Outputs: runs to
+launch and to stop, partitions to add and delete, the next state and messages for the tick. It
+calls nothing; :mod:`orchestration.workloads.discovery` does the Dagster calls.
+
+``runs`` must hold every unfinished run of the consumer job, and the current record of every run
+:func:`tracked_run_ids` names (when it still exists); runs updated recently may be added (the
+same run seen twice is handled once).
+
+Per workload, in order (:class:`orchestration.workloads.steps.WorkloadStep`):
+
+1. **Spec change** (hash differs from the previous tick): forget crashes, backoff and a person's
+   stop; the running run is stopped below.
+2. **Observe**: the newest run becomes ``last``; a run the sensor did not launch (UI launchpad,
+   re-execution) means a person took over: their stop and the crash history are cleared.
+3. **Liveness**: ``last`` STARTED or CANCELING whose heartbeat has not changed for
+   ``heartbeat_timeout`` (sensor clock) has lost its worker: it is abandoned, i.e. marked
+   ``FAILURE`` (STARTED) or ``CANCELED`` (CANCELING) and settled like any run that ended so.
+4. **Settle** ``last``'s end once: stopped by the sensor or the platform (``STOP_REASON_TAG``),
+   or obsolete anyway -> nothing; ``FAILURE`` -> a crash, restart after a backoff; any other
+   end (``CANCELED``, or ``SUCCESS`` of a consumer, which never ends by itself) -> stopped by
+   a person: it stays stopped until they launch it again or the spec changes.
+5. **Stop** unfinished runs of removed or disabled workloads, of an older spec, and older
+   duplicates. A ``CANCELING`` run is never signalled again and still counts as active.
+6. **Launch** when no run is active, the spec is valid and enabled, no launch is pending, no
+   person stopped it and the backoff has passed. Generation ``n + 1`` gets run key
+   ``name:hash:n+1``: Dagster never reuses a run key, so every launch needs a new one.
+
+A workload whose file turns invalid is *held*: its run keeps going on the last valid spec, nothing
+is stopped or started for it, its partition stays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from orchestration.workloads.cursor import (
+    Abandon,
+    Cancel,
+    DiscoveryState,
+    Launch,
+    Message,
+    RestartPolicy,
+    RunInfo,
+    WorkloadState,
+)
+from orchestration.workloads.registry import InvalidSpec, Registry
+from orchestration.workloads.steps import FINISHED_VALUES, TickOutput, WorkloadStep
+
+__all__ = ["Decision", "decide", "tracked_run_ids"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    launches: tuple[Launch, ...]
+    cancels: tuple[Cancel, ...]
+    abandons: tuple[Abandon, ...]
+    add_partitions: tuple[str, ...]
+    delete_partitions: tuple[str, ...]
+    state: DiscoveryState
+    messages: tuple[Message, ...]
+    #: One line for the tick: workloads by phase, crash-looping ones, invalid files.
+    summary: str
+
+
+def tracked_run_ids(state: DiscoveryState) -> set[str]:
+    """Runs the state believes unfinished: the sensor must report them even if not updated."""
+    ids: set[str] = set()
+    for ws in state.workloads.values():
+        ids.update(ws.canceling)
+        if ws.last is not None and ws.last.status not in FINISHED_VALUES:
+            ids.add(ws.last.run_id)
+    return ids
+
+
+def decide(
+    registry: Registry,
+    state: DiscoveryState,
+    runs: Iterable[RunInfo],
+    partitions: Iterable[str],
+    now: float,
+    policy: RestartPolicy | None = None,
+) -> Decision:
+    policy = policy or RestartPolicy()
+    by_name: dict[str, dict[str, RunInfo]] = {}
+    for run in runs:
+        by_name.setdefault(run.workload, {})[run.run_id] = run
+    held = _held(registry, state)
+    active_names = {n for n, rs in by_name.items() if any(r.active for r in rs.values())}
+    names = sorted(
+        registry.workloads.keys()
+        | state.workloads.keys()
+        | active_names
+        | {n for n in held if n in state.workloads}
+    )
+    out = TickOutput()
+    workloads: dict[str, WorkloadState] = {}
+    retired = dict(state.retired)
+    for name in names:
+        if name in state.workloads:
+            ws = state.workloads[name]
+        else:
+            ws = WorkloadState(generation=retired.pop(name, 0))
+        runs_of = sorted(by_name.get(name, {}).values(), key=lambda r: r.storage_id)
+        entry = registry.workloads.get(name)
+        step = WorkloadStep(name, entry, held.get(name), ws, policy, now, out)
+        new = step.run(runs_of)
+        if not step.gone:
+            workloads[name] = new
+        elif new.generation:
+            retired[name] = new.generation
+    for invalid in registry.invalid:
+        out.error(f"invalid spec {invalid}")
+    existing = set(partitions)
+    keep = registry.workloads.keys() | held.keys() | workloads.keys()
+    return Decision(
+        launches=tuple(out.launches),
+        cancels=tuple(out.cancels),
+        abandons=tuple(out.abandons),
+        add_partitions=tuple(sorted(registry.workloads.keys() - existing)),
+        delete_partitions=tuple(sorted(existing - keep)),
+        state=DiscoveryState(watermark=state.watermark, workloads=workloads, retired=retired),
+        messages=tuple(out.messages),
+        summary=out.summary(len(registry.invalid)),
+    )
+
+
+def _held(registry: Registry, state: DiscoveryState) -> dict[str, InvalidSpec]:
+    """Workloads whose spec file is invalid now: by the name it declares or the file it had."""
+    name_of_file = {ws.file: name for name, ws in state.workloads.items() if ws.file}
+    held: dict[str, InvalidSpec] = {}
+    for invalid in registry.invalid:
+        for name in (invalid.name, name_of_file.get(invalid.file)):
+            if name is not None and name not in registry.workloads:
+                held.setdefault(name, invalid)
+    return held

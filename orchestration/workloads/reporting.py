@@ -1,0 +1,159 @@
+"""What a consumer run reports to Dagster while it runs: one ``AssetObservation`` per source
+topic from the engine's snapshots (progress, lag, the watermark pin), and one
+``AssetMaterialization`` of ``landed_<dataset>`` per day of files the landing sink made durable.
+
+Only on the op's thread (:mod:`orchestration.workloads.job` runs the reporting task there).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Final
+
+from dagster import AssetKey, AssetMaterialization, AssetObservation, OpExecutionContext
+
+from consumers.config.spec import WorkloadSpec, spec_hash
+from consumers.landing.sink import LandedFile
+from consumers.service.app import ConsumerApp
+from consumers.service.metrics import WorkloadSnapshot, key_label, workload_snapshot
+from orchestration.lake.landed import LAKE_PARTITIONS, landed_key
+from orchestration.workloads.names import topic_asset_key
+
+ObservationMetadata = dict[str, str | int | float | None]
+
+
+def topic_metadata(
+    snap: WorkloadSnapshot, topic: str, throughput: float, status: str
+) -> ObservationMetadata:
+    """One topic's observation. Counters and in-flight calls are the workload's (the engine
+    counts per workload); lag and the watermark pin are this topic's partitions'."""
+    parts = [p for p in snap.partitions if p.topic == topic]
+    lags = [p.lag for p in parts if p.lag is not None]
+    pins = [p for p in parts if p.pinned_seconds is not None]
+    pin = max(pins, key=lambda p: p.pinned_seconds or 0.0) if pins else None
+    return {
+        "workload": snap.name,
+        "status": status,
+        "records_completed": snap.counters["completed"],
+        "records_failed": snap.counters["failed"],
+        "throughput_per_s": round(throughput, 3),
+        "lag": sum(lags) if lags else None,
+        "in_flight": snap.in_flight,
+        "partitions": len(parts),
+        "pinned_partition": pin.partition if pin else None,
+        "pinned_offset": pin.pinned_offset if pin else None,
+        "pinned_key": key_label(pin.pinned_key) if pin else None,
+        "pinned_seconds": round(pin.pinned_seconds or 0.0, 3) if pin else None,
+    }
+
+
+#: Data version tag of a materialization (``dagster.DATA_VERSION_TAG`` is not exported).
+DATA_VERSION_TAG: Final = "dagster/data_version"
+
+
+def landed_materializations(
+    files: list[LandedFile], workload: str, digest: str
+) -> tuple[list[AssetMaterialization], list[LandedFile]]:
+    """One materialization of ``landed_<dataset>`` per (dataset, day) among ``files``; and the
+    files of days the lake's partitions do not have (a record timestamped before
+    ``LANEHOUSE_LAKE_START`` or in the future), which cannot be reported with a partition.
+
+    The data version is a digest of the files' names and row counts, so downstream Spark
+    assets of that day show as stale after each new file.
+    """
+    groups: dict[tuple[str, str], list[LandedFile]] = {}
+    outside: list[LandedFile] = []
+    for file in files:
+        day = file.day.isoformat()
+        if LAKE_PARTITIONS.has_partition_key(day):
+            groups.setdefault((file.dataset, day), []).append(file)
+        else:
+            outside.append(file)
+    events = []
+    for (dataset, day), group in sorted(groups.items()):
+        ranges: dict[str, list[str]] = {}
+        for file in group:
+            label = f"{file.topic}[{file.partition}]"
+            ranges.setdefault(label, []).append(f"{file.first_offset}-{file.last_offset}")
+        version = hashlib.sha256(
+            "\n".join(f"{f.path.name}:{f.rows}" for f in group).encode()
+        ).hexdigest()[:16]
+        events.append(
+            AssetMaterialization(
+                asset_key=landed_key(dataset),
+                partition=day,
+                description=f"{len(group)} landed files from workload {workload}",
+                metadata={
+                    "rows": sum(f.rows for f in group),
+                    "files": len(group),
+                    "offset_ranges": ranges,
+                    "paths": [str(f.path) for f in group],
+                    "workload": workload,
+                    "spec_hash": digest,
+                },
+                tags={DATA_VERSION_TAG: version},
+            )
+        )
+    return events, outside
+
+
+class Reporter:
+    """Observes each source topic asset from engine snapshots, and reports landed files as
+    materializations (on the op's thread only)."""
+
+    def __init__(self, context: OpExecutionContext, app: ConsumerApp, spec: WorkloadSpec) -> None:
+        self._context = context
+        self._app = app
+        self._name = self.workload = spec.name
+        self._keys = {
+            topic: AssetKey(topic_asset_key(topic, spec.source.kind))
+            for topic in spec.source.topics
+        }
+        self._since = app.clock.now()
+        self._completed = 0
+        self._digest = spec_hash(spec)
+
+    async def every(self, seconds: float) -> None:
+        while True:
+            await self._app.clock.sleep(seconds)
+            try:
+                self.observe("running")
+            except Exception as exc:  # a storage hiccup must not end reporting for the run
+                self._context.log.warning(f"progress report failed, trying again: {exc!r}")
+
+    def observe(self, status: str) -> None:
+        if self._name not in self._app.runners:
+            return  # the engine never started
+        now = self._app.clock.now()
+        snap = workload_snapshot(self._app, self._name, now)
+        completed = snap.counters["completed"]
+        elapsed = now - self._since
+        throughput = (completed - self._completed) / elapsed if elapsed > 0 else 0.0
+        self._since, self._completed = now, completed
+        for topic, key in self._keys.items():
+            metadata = topic_metadata(snap, topic, throughput, status)
+            self._context.log_event(AssetObservation(asset_key=key, metadata=metadata))
+        landing = self._app.runners[self._name].landing
+        if landing is not None:
+            files = landing.take_landed()
+            try:
+                self._report_landed(files)
+            except Exception:
+                landing.put_back(files)  # reported again next time
+                raise
+        # log_event has already written the events to the instance; the context also keeps
+        # them (~4 KB each) until the op returns, which for a consumer is weeks: drop them.
+        for _ in self._context.consume_events():
+            pass
+
+    def _report_landed(self, files: list[LandedFile]) -> None:
+        events, outside = landed_materializations(files, self._name, self._digest)
+        for event in events:
+            self._context.log_event(event)
+        if outside:
+            days = sorted({f.day.isoformat() for f in outside})
+            self._context.log.warning(
+                f"workload {self._name}: {sum(f.rows for f in outside)} rows landed for days "
+                f"outside the lake's partitions ({', '.join(days[:5])}); they are in the lake "
+                "but not reported to Dagster (see LANEHOUSE_LAKE_START)"
+            )
