@@ -33,7 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from consumers.backends.base import Position
 from consumers.clock import Clock
@@ -50,6 +50,22 @@ if TYPE_CHECKING:
     from consumers.engine.partition import Lane, PartitionState
 
 log = logging.getLogger("lanehouse.outcomes")
+
+
+class Completions(Protocol):
+    """What the resolver tells the workload's runner: the one way a record completes."""
+
+    def complete(self, rec: Record) -> None:
+        """The record's outcome is durable: it may be committed past."""
+        ...
+
+    def requeue(self, lane: Lane, rec: Record) -> None:
+        """A retry is due: the record runs next in its lane."""
+        ...
+
+    def fail(self, error: BaseException) -> None:
+        """The workload must stop (safety valve, an output that cannot be written)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -92,9 +108,7 @@ class Resolver:
         producer: AckedProducer | None,
         clock: Clock,
         counters: WorkloadCounters,
-        complete: Callable[[Record], None],
-        requeue: Callable[[Lane, Record], None],
-        fail: Callable[[BaseException], None],
+        owner: Completions,
         landing: LandingSink | None = None,
         identity: Callable[[str], SourceIdentity] | None = None,
         position: Position | None = None,
@@ -116,9 +130,9 @@ class Resolver:
         self._producer = producer
         self._clock = clock
         self._counters = counters
-        self._complete = complete
-        self._requeue = requeue
-        self._fail = fail
+        self._complete = owner.complete
+        self._requeue = owner.requeue
+        self._fail = owner.fail
         self._rng = random.Random()
         self._failures: dict[Record, _Failure] = {}
         self._window: deque[bool] = deque(maxlen=dead_letter.window if dead_letter else 1)

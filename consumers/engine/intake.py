@@ -1,0 +1,120 @@
+"""Intake: client messages filed into their partition's tracker and lane (the hot path), and
+the flow control that keeps a partition's buffer bounded.
+
+A partition pauses once its tracker holds ``limit`` delivered-but-incomplete records and resumes
+at half of it; the source thread keeps polling while paused (librdkafka's rebalance callbacks and
+``max.poll.interval.ms`` need it), so backpressure never blocks the poll loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Hashable
+
+from consumers.backends.base import MessageLike, PartitionKey
+from consumers.engine.counters import WorkloadCounters
+from consumers.engine.partition import PartitionState
+from consumers.engine.ready import ReadyLanes
+from consumers.record import Record
+
+log = logging.getLogger("lanehouse.engine")
+
+
+class Intake:
+    """Files records for one workload; told where to pause and resume, never talks to a client."""
+
+    def __init__(
+        self,
+        name: str,
+        parts: dict[PartitionKey, PartitionState],
+        ready: ReadyLanes,
+        route: Callable[[bytes | None], Hashable],
+        ordered: bool,
+        counters: WorkloadCounters,
+        limit: int,
+        pause: Callable[[list[PartitionKey]], None],
+        resume: Callable[[list[PartitionKey]], None],
+    ) -> None:
+        self._name = name
+        self._parts = parts
+        self._ready = ready
+        self._route = route
+        self._ordered = ordered
+        self._counters = counters
+        self._limit = limit
+        self._pause = pause
+        self._resume = resume
+        #: Keep records in delivery order for the output sequencer (output topic only).
+        self.sequenced = False
+
+    def file(self, messages: list[MessageLike], now: float) -> list[Record]:
+        """File ``messages``; returns the records a previous owner already completed (their
+        offsets were in the commit metadata), for the caller to complete without a call."""
+        parts = self._parts
+        route = self._route
+        ordered = self._ordered
+        file = self._ready.file
+        counters = self._counters
+        sequenced = self.sequenced
+        skipped: list[Record] = []
+        part: PartitionState | None = None
+        tracker = None
+        consumed = 0
+        for msg in messages:
+            if msg.error() is not None:
+                counters.client_errors += 1
+                log.warning("workload %s: client error: %s", self._name, msg.error())
+                continue
+            topic = msg.topic()
+            partition = msg.partition()
+            if part is None or part.partition != partition or part.topic != topic:
+                if part is not None:
+                    self.pause_if_full(part)  # once per run of a partition, not per record
+                part = parts.get((topic, partition))  # type: ignore[arg-type]
+                tracker = part.tracker if part is not None else None
+            if part is None or part.closing:
+                counters.dropped_unassigned += 1
+                continue
+            assert tracker is not None
+            offset: int = msg.offset()  # type: ignore[assignment]
+            last = tracker.last_delivered
+            if last is not None and offset <= last:
+                # The client went back (a seek or an offset reset): this record was delivered
+                # before and is already tracked, so a second copy could only double-count.
+                counters.redelivered += 1
+                continue
+            key = msg.key()
+            rec = Record(
+                part.topic,
+                part.partition,
+                offset,
+                key,
+                msg.value(),
+                msg.headers(),
+                msg.timestamp()[1],
+            )
+            rec._part = part
+            tracker.deliver(rec, now)
+            if sequenced:
+                part.emit.append(rec)
+            consumed += 1
+            if part.skip and offset in part.skip:
+                part.skip.discard(offset)
+                counters.skipped += 1
+                skipped.append(rec)
+                continue
+            file(part, route(key), ordered, rec)
+        counters.consumed += consumed
+        if part is not None:
+            self.pause_if_full(part)
+        return skipped
+
+    def pause_if_full(self, part: PartitionState) -> None:
+        if not part.paused and len(part.tracker) >= self._limit:
+            part.paused = True
+            self._pause([(part.topic, part.partition)])
+
+    def resume_if_drained(self, part: PartitionState) -> None:
+        if part.paused and len(part.tracker) <= self._limit // 2:
+            part.paused = False
+            self._resume([(part.topic, part.partition)])
