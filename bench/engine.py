@@ -19,7 +19,7 @@ only when one of them is selected: one non-partitioned topic (the engine's parti
 same keys and values (``produce_pulsar_sample``, a batching producer), one Shared subscription,
 the engine acknowledging message by message. ``pulsar_raw_receive`` is a plain ``receive()`` +
 ``acknowledge()`` loop. Instead of committed offsets they check, after the consumer closed, that
-the subscription has nothing unacknowledged (``consumers.backends.pulsar.unacknowledged``; the
+the subscription has nothing unacknowledged (``consumers.backends.pulsar.probe.unacknowledged``; the
 raw row too, as it acknowledges). pulsar-client is imported on the Pulsar paths only, so its
 ~12 MB stay out of the Kafka rows' peak RSS.
 
@@ -299,7 +299,7 @@ def run_raw(args: argparse.Namespace) -> dict[str, Any]:
 def run_raw_pulsar(args: argparse.Namespace) -> dict[str, Any]:
     import pulsar
 
-    from consumers.backends.pulsar import client_kwargs
+    from consumers.backends.pulsar.client import client_kwargs
 
     client = pulsar.Client(args.broker, **client_kwargs({}))
     consumer = client.subscribe(  # as the engine's PulsarConsumer subscribes
@@ -346,7 +346,8 @@ def run_engine(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         **extra,
     )
     if row.backend == "pulsar":
-        from consumers.backends.pulsar import PulsarSettings, pulsar_consumer_factory
+        from consumers.backends.pulsar.client import PulsarSettings
+        from consumers.backends.pulsar.consumer import pulsar_consumer_factory
 
         factory = pulsar_consumer_factory(PulsarSettings(args.broker, args.group))
     else:
@@ -424,7 +425,7 @@ def produce(row: Row, broker: str, topic: str, records: int) -> None:
 def commit_errors(row: Row, broker: str, topic: str, group: str, high: dict[int, int]) -> list[str]:
     """Why the group did not commit (Kafka) or acknowledge (Pulsar) everything; [] if it did."""
     if row.backend == "pulsar":
-        from consumers.backends.pulsar import unacknowledged
+        from consumers.backends.pulsar.probe import unacknowledged
 
         left = unacknowledged(broker, group, topic)
         return [f"{len(left)} records unacknowledged, first ids {left[:3]}"] if left else []

@@ -31,15 +31,11 @@ from consumers.backends.kafka import (
     log_end_offsets,
 )
 from consumers.backends.memory import MemoryBroker
-from consumers.backends.pulsar import (
-    PROBE_PROPERTY,
-    MessageKey,
-    PulsarSettings,
-    message_key,
-    pulsar_consumer_factory,
-    pulsar_producer_factory,
-)
-from consumers.backends.pulsar import unacknowledged as pulsar_unacknowledged
+from consumers.backends.pulsar.client import PulsarSettings
+from consumers.backends.pulsar.consumer import pulsar_consumer_factory
+from consumers.backends.pulsar.probe import PROBE_PROPERTY, MessageKey, message_key
+from consumers.backends.pulsar.probe import unacknowledged as pulsar_unacknowledged
+from consumers.backends.pulsar.producer import pulsar_producer_factory
 from consumers.dev.embedded.pulsar import (
     PULSAR_TEST_CLIENT_KWARGS,
     PulsarLiteBroker,

@@ -194,7 +194,7 @@ def produce_pulsar_sample(
     # Imported here: `lanehouse produce` to Kafka should not pay for loading pulsar-client.
     import pulsar
 
-    from consumers.backends.pulsar import client_kwargs
+    from consumers.backends.pulsar.client import client_kwargs
 
     acks = _Acks(pulsar.Result.Ok)
     start = time.monotonic()

@@ -44,6 +44,7 @@ from consumers.record import Record
 
 log = logging.getLogger("lanehouse.engine")
 
+
 class SourceControl(Protocol):
     """What a runner asks of the thread that owns the client."""
 

@@ -87,7 +87,8 @@ def backend_for(spec: WorkloadSpec) -> Backend:
     landing = spec.landing is not None
     if isinstance(source, KafkaSourceSpec):
         return kafka_backend(spec.client_config(), landing)
-    from consumers.backends.pulsar import PulsarSettings, pulsar_backend
+    from consumers.backends.pulsar.client import PulsarSettings
+    from consumers.backends.pulsar.consumer import pulsar_backend
 
     settings = PulsarSettings(
         service_url=source.service_url,

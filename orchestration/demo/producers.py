@@ -78,7 +78,7 @@ class PulsarSink:
     def __init__(self, service_url: str, topic: str) -> None:
         import pulsar
 
-        from consumers.backends.pulsar import CLIENT_LOGGER
+        from consumers.backends.pulsar.client import CLIENT_LOGGER
 
         self.topic = topic
         self._refused: list[str] = []

@@ -318,7 +318,7 @@ async def _run_watching(
 
 def pulsar_unacknowledged(service_url: str, topic: str, subscription: str) -> int:
     """How many messages of ``topic`` ``subscription`` would redeliver (see
-    :func:`consumers.backends.pulsar.unacknowledged`)."""
-    from consumers.backends.pulsar import unacknowledged
+    :func:`consumers.backends.pulsar.probe.unacknowledged`)."""
+    from consumers.backends.pulsar.probe import unacknowledged
 
     return len(unacknowledged(service_url, subscription, topic))

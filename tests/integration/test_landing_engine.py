@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from consumers.backends.kafka import committed_offsets, log_end_offsets
-from consumers.backends.pulsar import unacknowledged
+from consumers.backends.pulsar.probe import unacknowledged
 from consumers.config.spec import WorkloadSpec
 from consumers.dev.embedded.pulsar import (
     PULSAR_TEST_CLIENT_KWARGS,

@@ -16,12 +16,9 @@ import pulsar
 import pytest
 
 from consumers.backends.metadata import encode_done
-from consumers.backends.pulsar import (
-    PulsarConsumer,
-    PulsarProducer,
-    PulsarSettings,
-    pulsar_consumer_factory,
-)
+from consumers.backends.pulsar.client import PulsarSettings
+from consumers.backends.pulsar.consumer import PulsarConsumer, pulsar_consumer_factory
+from consumers.backends.pulsar.producer import PulsarProducer
 from consumers.dev.embedded.child import free_port
 from consumers.dev.embedded.pulsar import PulsarLiteBroker, start_pulsar_lite
 from consumers.dev.embedded.tansu import TansuBroker

@@ -21,12 +21,8 @@ full one holds back the others too (the client has no per-partition receive).
 from __future__ import annotations
 
 import logging
-import re
-import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final, cast
+from typing import cast
 from urllib.parse import urlsplit
 
 import pulsar
@@ -41,52 +37,22 @@ from consumers.backends.base import (
     MessageLike,
     PartitionKey,
     PlainMessage,
-    ProducerFactory,
-    ProducerLike,
     Rebalance,
 )
 from consumers.backends.metadata import decode_done
+from consumers.backends.pulsar.client import (
+    CUMULATIVE_TYPES,
+    INITIAL_POSITIONS,
+    PARTITION_SUFFIX,
+    SUBSCRIPTION_TYPES,
+    PulsarSettings,
+    client_kwargs,
+)
+from consumers.backends.pulsar.producer import pulsar_producer_factory
 from consumers.errors import BrokerError
 from consumers.landing.files import SourceIdentity, pack_pulsar_position
 
 log = logging.getLogger("lanehouse.pulsar")
-#: pulsar-client's own (C++) log lines go here instead of stdout.
-CLIENT_LOGGER: Final = logging.getLogger("lanehouse.pulsar.client")
-
-SUBSCRIPTION_TYPES: Final[Mapping[str, pulsar.ConsumerType]] = {
-    "shared": pulsar.ConsumerType.Shared,
-    "failover": pulsar.ConsumerType.Failover,
-    "key_shared": pulsar.ConsumerType.KeyShared,
-    "exclusive": pulsar.ConsumerType.Exclusive,
-}
-#: Subscription types where one consumer sees each partition in order, so a cumulative ack of
-#: the last message below the position acknowledges the whole prefix in one request.
-CUMULATIVE_TYPES: Final = frozenset({"failover", "exclusive"})
-INITIAL_POSITIONS: Final[Mapping[str, pulsar.InitialPosition]] = {
-    "earliest": pulsar.InitialPosition.Earliest,
-    "latest": pulsar.InitialPosition.Latest,
-}
-_PARTITION_SUFFIX: Final = re.compile(r"^(?P<base>.+)-partition-(?P<index>\d+)$")
-
-
-@dataclass(frozen=True)
-class PulsarSettings:
-    """Where and how one workload subscribes (built from a ``PulsarSourceSpec``)."""
-
-    service_url: str
-    subscription: str
-    subscription_type: str = "shared"
-    client_options: Mapping[str, Any] = field(default_factory=dict)
-    consumer_options: Mapping[str, Any] = field(default_factory=dict)
-
-
-def client_kwargs(options: Mapping[str, Any]) -> dict[str, Any]:
-    """``pulsar.Client`` keyword arguments from spec options (``auth_token`` → authentication)."""
-    kwargs = {"logger": CLIENT_LOGGER, **options}
-    token = kwargs.pop("auth_token", None)
-    if token is not None:
-        kwargs["authentication"] = pulsar.AuthenticationToken(token)
-    return kwargs
 
 
 def _message(topic: str, partition: int, offset: int, msg: pulsar.Message) -> PlainMessage:
@@ -300,7 +266,7 @@ class PulsarConsumer:
     def _key_for(self, name: str, announce: bool = True) -> tuple[str, int]:
         key = self._keys.get(name)
         if key is None:
-            match = _PARTITION_SUFFIX.match(name)
+            match = PARTITION_SUFFIX.match(name)
             key = (match["base"], int(match["index"])) if match else (name, 0)
             self._keys[name] = key
             self._held[key] = _Held()
@@ -319,74 +285,6 @@ class PulsarConsumer:
 
 
 #: Property of the marker message :func:`unacknowledged` publishes.
-PROBE_PROPERTY: Final = "lanehouse-ack-probe"
-#: A message id as ``(partition, ledger, entry, batch index)``.
-MessageKey = tuple[int, int, int, int]
-
-
-def message_key(message_id: pulsar.MessageId) -> MessageKey:
-    return (
-        message_id.partition(),
-        message_id.ledger_id(),
-        message_id.entry_id(),
-        message_id.batch_index(),
-    )
-
-
-def unacknowledged(
-    service_url: str, subscription: str, topic: str, timeout: float = 30.0
-) -> list[MessageKey]:
-    """Ids of the messages of ``topic`` that ``subscription`` has not acknowledged.
-
-    Pulsar has no committed offset to compare with the end of a topic, so this publishes one
-    marker message to every partition and reads the subscription until all markers came back:
-    in each partition, what the subscription would redeliver comes before its marker (a partly
-    acknowledged producer batch comes back, and counts, whole). Only the markers are
-    acknowledged; they stay in the topic, so other subscriptions will read them (their
-    ``lanehouse-ack-probe`` property tells them apart). Run it while no other consumer is on
-    the subscription (pulsar-lite allows only one). :class:`BrokerError` if a marker does not
-    come back within ``timeout`` seconds.
-    """
-    client = pulsar.Client(service_url, **client_kwargs({}))
-    found: list[MessageKey] = []
-    try:
-        consumer = client.subscribe(
-            topic,
-            subscription,
-            consumer_type=pulsar.ConsumerType.Shared,
-            initial_position=pulsar.InitialPosition.Earliest,
-        )
-        partitions = len(client.get_topic_partitions(topic))
-        for index in range(partitions):
-            # Routed rather than sent to the partition's own name, which pulsar-lite would
-            # treat as a new topic.
-            producer = client.create_producer(
-                topic, batching_enabled=False, message_router=lambda _m, _n, i=index: i
-            )
-            producer.send(b"", properties={PROBE_PROPERTY: "1"})
-            producer.close()
-        markers = 0
-        deadline = time.monotonic() + timeout
-        while markers < partitions:
-            left_ms = int((deadline - time.monotonic()) * 1000)
-            try:
-                msg = consumer.receive(max(left_ms, 1))
-            except pulsar.Timeout as exc:
-                raise BrokerError(
-                    f"the acknowledgement probe of {subscription!r} on {topic} did not come "
-                    f"back within {timeout:.0f}s"
-                ) from exc
-            if PROBE_PROPERTY in msg.properties():
-                consumer.acknowledge(msg)
-                markers += 1
-            else:
-                found.append(message_key(msg.message_id()))
-        consumer.close()
-    finally:
-        client.close()
-    return found
-
-
 class PulsarLandingPositions:
     """Lake positions and identities for a landing workload reading Pulsar.
 
@@ -420,106 +318,6 @@ def pulsar_consumer_factory(settings: PulsarSettings) -> ConsumerFactory:
     """A factory for :class:`consumers.engine.source.SourceThread`."""
 
     return lambda on_commit: PulsarConsumer(settings, on_commit)
-
-
-# ---------------------------------------------------------------- producing
-
-
-class PulsarProducer:
-    """A ``ProducerLike`` over pulsar-client: one producer per topic, created on first use.
-
-    Never blocks the caller: past ``max_pending`` unacknowledged sends it raises ``BufferError``
-    (the engine retries shortly), so the client's own queue never refuses a message. Keys become
-    the partition key and headers become message properties; Pulsar needs both as UTF-8 text,
-    so other bytes fail that record's delivery with a clear error.
-    """
-
-    def __init__(
-        self, service_url: str, client_options: Mapping[str, Any], max_pending: int = 10_000
-    ) -> None:
-        self._client = pulsar.Client(service_url, **client_kwargs(client_options))
-        self._producers: dict[str, pulsar.Producer] = {}
-        self._max_pending = max_pending
-        self._pending = 0
-        self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
-
-    def produce(self, topic: str, value: Any = None, key: Any = None, **kw: Any) -> None:
-        on_delivery: Callable[[str | None, Any], None] = kw.get("on_delivery") or _ignore
-        if self._pending >= self._max_pending:
-            raise BufferError("too many unacknowledged Pulsar sends")
-        try:
-            partition_key = key.decode() if key else None
-            properties = {name: data.decode() for name, data in kw.get("headers") or ()}
-        except UnicodeDecodeError:
-            on_delivery("Pulsar keys and properties must be UTF-8 text", None)
-            return
-        producer = self._producers.get(topic) or self._create(topic)
-        with self._lock:
-            self._pending += 1
-
-        def sent(result: pulsar.Result, _msg_id: pulsar.MessageId) -> None:
-            with self._idle:
-                self._pending -= 1
-                self._idle.notify_all()
-            on_delivery(
-                None if result == pulsar.Result.Ok else f"Pulsar send failed: {result}", None
-            )
-
-        try:  # a None value is sent as a null value: tombstones stay tombstones
-            producer.send_async(
-                value, sent, properties=properties or None, partition_key=partition_key
-            )
-        except BaseException:
-            with self._idle:
-                self._pending -= 1
-                self._idle.notify_all()
-            raise
-
-    def poll(self, timeout: float = -1) -> int:
-        """Callbacks run on pulsar-client's own threads; nothing to serve here."""
-        time.sleep(max(timeout, 0))
-        return 0
-
-    def flush(self, timeout: float = -1) -> int:
-        """Wait for every send to be acknowledged; the number still pending."""
-        deadline = None if timeout < 0 else time.monotonic() + timeout
-        for producer in list(self._producers.values()):
-            producer.flush()
-        with self._idle:
-            while self._pending:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    break
-                self._idle.wait(left)
-            return self._pending
-
-    def close(self) -> None:
-        self._client.close()
-
-    def _create(self, topic: str) -> pulsar.Producer:
-        producer = self._client.create_producer(
-            topic,
-            batching_enabled=True,
-            batching_max_publish_delay_ms=5,
-            block_if_queue_full=False,
-            max_pending_messages=self._max_pending + 1,
-        )
-        self._producers[topic] = producer
-        return producer
-
-
-def _ignore(_err: str | None, _msg: Any) -> None:
-    return None
-
-
-def pulsar_producer_factory(settings: PulsarSettings) -> ProducerFactory:
-    """Outputs and dead letters of a Pulsar workload, on its own client."""
-
-    def build() -> ProducerLike:
-        return PulsarProducer(settings.service_url, settings.client_options)
-
-    return build
 
 
 def pulsar_backend(settings: PulsarSettings, landing: bool) -> Backend:

@@ -1,0 +1,113 @@
+"""Producing to Pulsar for a workload's outputs and dead letters, behind ``ProducerLike``."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pulsar
+
+from consumers.backends.base import ProducerFactory, ProducerLike
+from consumers.backends.pulsar.client import PulsarSettings, client_kwargs
+
+log = logging.getLogger("lanehouse.pulsar")
+
+
+class PulsarProducer:
+    """A ``ProducerLike`` over pulsar-client: one producer per topic, created on first use.
+
+    Never blocks the caller: past ``max_pending`` unacknowledged sends it raises ``BufferError``
+    (the engine retries shortly), so the client's own queue never refuses a message. Keys become
+    the partition key and headers become message properties; Pulsar needs both as UTF-8 text,
+    so other bytes fail that record's delivery with a clear error.
+    """
+
+    def __init__(
+        self, service_url: str, client_options: Mapping[str, Any], max_pending: int = 10_000
+    ) -> None:
+        self._client = pulsar.Client(service_url, **client_kwargs(client_options))
+        self._producers: dict[str, pulsar.Producer] = {}
+        self._max_pending = max_pending
+        self._pending = 0
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, **kw: Any) -> None:
+        on_delivery: Callable[[str | None, Any], None] = kw.get("on_delivery") or _ignore
+        if self._pending >= self._max_pending:
+            raise BufferError("too many unacknowledged Pulsar sends")
+        try:
+            partition_key = key.decode() if key else None
+            properties = {name: data.decode() for name, data in kw.get("headers") or ()}
+        except UnicodeDecodeError:
+            on_delivery("Pulsar keys and properties must be UTF-8 text", None)
+            return
+        producer = self._producers.get(topic) or self._create(topic)
+        with self._lock:
+            self._pending += 1
+
+        def sent(result: pulsar.Result, _msg_id: pulsar.MessageId) -> None:
+            with self._idle:
+                self._pending -= 1
+                self._idle.notify_all()
+            on_delivery(
+                None if result == pulsar.Result.Ok else f"Pulsar send failed: {result}", None
+            )
+
+        try:  # a None value is sent as a null value: tombstones stay tombstones
+            producer.send_async(
+                value, sent, properties=properties or None, partition_key=partition_key
+            )
+        except BaseException:
+            with self._idle:
+                self._pending -= 1
+                self._idle.notify_all()
+            raise
+
+    def poll(self, timeout: float = -1) -> int:
+        """Callbacks run on pulsar-client's own threads; nothing to serve here."""
+        time.sleep(max(timeout, 0))
+        return 0
+
+    def flush(self, timeout: float = -1) -> int:
+        """Wait for every send to be acknowledged; the number still pending."""
+        deadline = None if timeout < 0 else time.monotonic() + timeout
+        for producer in list(self._producers.values()):
+            producer.flush()
+        with self._idle:
+            while self._pending:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                self._idle.wait(left)
+            return self._pending
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _create(self, topic: str) -> pulsar.Producer:
+        producer = self._client.create_producer(
+            topic,
+            batching_enabled=True,
+            batching_max_publish_delay_ms=5,
+            block_if_queue_full=False,
+            max_pending_messages=self._max_pending + 1,
+        )
+        self._producers[topic] = producer
+        return producer
+
+
+def _ignore(_err: str | None, _msg: Any) -> None:
+    return None
+
+
+def pulsar_producer_factory(settings: PulsarSettings) -> ProducerFactory:
+    """Outputs and dead letters of a Pulsar workload, on its own client."""
+
+    def build() -> ProducerLike:
+        return PulsarProducer(settings.service_url, settings.client_options)
+
+    return build
