@@ -14,12 +14,8 @@ from rich.table import Table
 from rich.text import Text
 
 from consumers.config.spec import KafkaSourceSpec, WorkloadSpec, load_specs
-from consumers.dead_letters.admin import (
-    list_dead_letters,
-    parse_since,
-    replay_client_config,
-    replay_dead_letters,
-)
+from consumers.dead_letters.reading import list_dead_letters, parse_since
+from consumers.dead_letters.replay import replay_client_config, replay_dead_letters
 from consumers.errors import SpecError
 from orchestration.cli.params import topic_name
 from orchestration.cli.terminal import progress_bar

@@ -3,7 +3,7 @@
     schedule dead_letter_replay (hourly, STOPPED until someone switches it on in the UI)
       └─► one ``replay_dead_letters`` run per workload (partition) whose spec opts in with
           ``dead_letter: {scheduled_replay: true}`` (Kafka workloads; enabled ones only)
-            └─► consumers.dead_letters.admin.replay_dead_letters: republish the workload's dead
+            └─► consumers.dead_letters.replay.replay_dead_letters: republish the workload's dead
                 letters not yet replayed to their source topic, at most ``max_replays`` times
                 each; progress in the group ``lanehouse.<workload>.dlq-replay``
 
@@ -33,7 +33,7 @@ from dagster import (
 from pydantic import Field
 
 from consumers.config.spec import KafkaSourceSpec, WorkloadSpec
-from consumers.dead_letters.admin import replay_client_config, replay_dead_letters
+from consumers.dead_letters.replay import replay_client_config, replay_dead_letters
 from consumers.errors import LanehouseError
 from orchestration.local.instance import REPLAY_RUN_TAG
 from orchestration.workloads.job import find_workload

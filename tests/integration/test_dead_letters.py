@@ -8,8 +8,9 @@ import pytest
 from typer.testing import CliRunner
 
 from consumers.backends.kafka import committed_offsets
-from consumers.dead_letters.admin import list_dead_letters, replay_dead_letters, replay_group
 from consumers.dead_letters.headers import HEADER_REPLAY_COUNT
+from consumers.dead_letters.reading import list_dead_letters
+from consumers.dead_letters.replay import replay_dead_letters, replay_group
 from consumers.dev.embedded.tansu import TansuBroker
 from consumers.errors import BrokerError
 from orchestration.cli import app

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from consumers.dead_letters import headers as h
-from consumers.dead_letters.admin import parse_since
 from consumers.dead_letters.headers import (
     DeadLetterInfo,
     decode_dead_letter,
     encode_dead_letter_headers,
     replay_headers,
 )
+from consumers.dead_letters.reading import parse_since
 
 FAILURE: dict[str, Any] = {
     "workload": "orders",
@@ -138,7 +138,7 @@ def test_no_headers_at_all_is_not_a_dead_letter() -> None:
         decode_dead_letter(None)
 
 
-# `--since` of `lanehouse dead-letters`, parsed in consumers.dead_letters.admin.
+# `--since` of `lanehouse dead-letters`, parsed in consumers.dead_letters.reading.
 
 NOW_MS = 1_714_000_000_000
 
