@@ -36,14 +36,8 @@ from consumers.config.loading import (
     read_yaml_mapping,
     spec_files,
 )
-from consumers.config.names import check_name, validate_topic_name
-from consumers.config.pulsar_options import CLIENT_OPTIONS as PULSAR_CLIENT_OPTIONS
-from consumers.config.pulsar_options import CONSUMER_OPTIONS as PULSAR_CONSUMER_OPTIONS
-from consumers.config.pulsar_options import (
-    check_pulsar_option,
-    validate_pulsar_topic,
-    validate_pulsar_url,
-)
+from consumers.config.names import check_name
+from consumers.config.sources import KafkaSourceSpec, SourceSpec, reveal
 from consumers.errors import HandlerImportError, SpecError
 from consumers.execution.executors import (
     MAX_HANDOFF_BYTES,
@@ -54,13 +48,9 @@ from consumers.execution.executors import (
 from consumers.execution.interceptors import load_interceptor
 
 __all__ = [
-    "KafkaSourceSpec",
     "LandingSpec",
     "PermitSpec",
-    "PulsarSourceSpec",
-    "SourceSpec",
     "WorkloadSpec",
-    "is_secret_key",
     "load_spec",
     "load_specs",
     "resolve_handler",
@@ -68,13 +58,6 @@ __all__ = [
 ]
 
 _HANDLER = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
-_SECRET_MARKERS = ("password", "secret", "sasl.oauthbearer", "token")
-_RESERVED_KEYS = {
-    "enable.auto.commit": "the engine commits an offset only once its record's outcome is durable; auto-commit would commit records still in flight and lose them on a crash",
-    "enable.auto.offset.store": "the engine stores offsets itself from its contiguous completed watermark; automatic storing would skip records still in flight",
-    "group.id": "set source.group instead (default 'lanehouse.<name>')",
-    "bootstrap.servers": "set source.bootstrap_servers instead",
-}
 
 
 def _check_handler(value: str) -> str:
@@ -88,13 +71,6 @@ def _check_handler(value: str) -> str:
 Name = Annotated[str, AfterValidator(check_name)]
 HandlerPath = Annotated[str, AfterValidator(_check_handler)]
 Duration = Annotated[float, BeforeValidator(parse_duration)]
-ConfigValue = str | int | float | bool | SecretStr
-
-
-def is_secret_key(key: str) -> bool:
-    """True for client properties whose value must never be printed (passwords, secrets, tokens)."""
-    lowered = key.lower()
-    return any(marker in lowered for marker in _SECRET_MARKERS)
 
 
 class PermitSpec(FrozenModel):
@@ -102,136 +78,6 @@ class PermitSpec(FrozenModel):
 
     pool: Name = "default"
     weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
-
-
-def _check_client_config(config: Any, check: Callable[[str, Any], None]) -> Any:
-    if not isinstance(config, dict):
-        return config  # pydantic reports the type error
-    for key, value in config.items():
-        if not isinstance(key, str) or not key:
-            raise ValueError(f"property names must be non-empty strings, got {key!r}")
-        check(key, value)
-        if not isinstance(value, str | int | float | bool | SecretStr):
-            raise ValueError(f"value of {key!r} must be a string, number or boolean")
-    return config
-
-
-def _mask_secrets(config: dict[str, ConfigValue]) -> dict[str, ConfigValue]:
-    return {
-        key: SecretStr(str(value))
-        if is_secret_key(key) and not isinstance(value, SecretStr)
-        else value
-        for key, value in config.items()
-    }
-
-
-def _reveal(config: Mapping[str, ConfigValue]) -> dict[str, str | int | float | bool]:
-    return {
-        key: value.get_secret_value() if isinstance(value, SecretStr) else value
-        for key, value in config.items()
-    }
-
-
-def _check_kafka_key(key: str, _value: object) -> None:
-    if key in _RESERVED_KEYS:
-        raise ValueError(f"{key!r} is owned by the engine and cannot be set: {_RESERVED_KEYS[key]}")
-
-
-def _unique_topics(topics: tuple[str, ...]) -> None:
-    if not topics:
-        raise ValueError("at least one topic is required")
-    if len(set(topics)) != len(topics):
-        raise ValueError("a topic is listed more than once")
-
-
-class _SourceBase(FrozenModel):
-    """Client options shared by every source kind: checked key by key, secrets masked."""
-
-    config: dict[str, ConfigValue] = Field(default_factory=dict)
-
-    @classmethod
-    def _check_key(cls, key: str, value: object) -> None:
-        """Raise ``ValueError`` for a key the client or the engine does not accept."""
-
-    @field_validator("config", mode="before")
-    @classmethod
-    def _check_config(cls, config: Any) -> Any:
-        return _check_client_config(config, cls._check_key)
-
-    @field_validator("config")
-    @classmethod
-    def _mask(cls, config: dict[str, ConfigValue]) -> dict[str, ConfigValue]:
-        return _mask_secrets(config)
-
-
-class KafkaSourceSpec(_SourceBase):
-    """The Kafka cluster, topics and consumer group a workload reads from."""
-
-    kind: Literal["kafka"]
-    bootstrap_servers: str = Field(min_length=1)
-    topics: tuple[str, ...]
-    group: str = Field(min_length=1)
-
-    @field_validator("topics")
-    @classmethod
-    def _check_topics(cls, topics: tuple[str, ...]) -> tuple[str, ...]:
-        _unique_topics(topics)
-        for topic in topics:
-            validate_topic_name(topic)
-        return topics
-
-    @classmethod
-    def _check_key(cls, key: str, value: object) -> None:
-        _check_kafka_key(key, value)
-
-    def topic_name(self, topic: str) -> str:
-        """Validate an output or dead-letter topic for this cluster."""
-        return validate_topic_name(topic)
-
-
-class PulsarSourceSpec(_SourceBase):
-    """The Pulsar service, topics and subscription a workload reads from.
-
-    Topics are stored by their full name (``persistent://tenant/namespace/topic``): that is what
-    handlers see in ``record.topic`` and what metrics are labelled with.
-    """
-
-    kind: Literal["pulsar"]
-    service_url: str = Field(min_length=1)
-    topics: tuple[str, ...]
-    subscription: str = Field(min_length=1)
-    subscription_type: Literal["shared", "failover", "key_shared", "exclusive"] = "shared"
-
-    @field_validator("service_url")
-    @classmethod
-    def _check_url(cls, url: str) -> str:
-        return validate_pulsar_url(url)
-
-    @field_validator("topics")
-    @classmethod
-    def _check_topics(cls, topics: tuple[str, ...]) -> tuple[str, ...]:
-        full = tuple(validate_pulsar_topic(topic) for topic in topics)
-        _unique_topics(full)
-        return full
-
-    @classmethod
-    def _check_key(cls, key: str, value: object) -> None:
-        check_pulsar_option(key, value)
-
-    def topic_name(self, topic: str) -> str:
-        """Validate an output or dead-letter topic for this service (returns its full name)."""
-        return validate_pulsar_topic(topic)
-
-    def client_options(self) -> dict[str, str | int | float | bool]:
-        """``pulsar.Client`` keyword options, secrets revealed: give them only to the client."""
-        return {k: v for k, v in _reveal(self.config).items() if k in PULSAR_CLIENT_OPTIONS}
-
-    def consumer_options(self) -> dict[str, str | int | float | bool]:
-        """``Client.subscribe`` keyword options (``initial_position`` still a string)."""
-        return {k: v for k, v in _reveal(self.config).items() if k in PULSAR_CONSUMER_OPTIONS}
-
-
-SourceSpec = Annotated[KafkaSourceSpec | PulsarSourceSpec, Field(discriminator="kind")]
 
 
 #: An output or dead-letter topic; checked against the source's kind by ``WorkloadSpec``.
@@ -406,7 +252,7 @@ class WorkloadSpec(FrozenModel):
             raise TypeError(
                 f"workload {self.name!r} reads Pulsar; librdkafka properties need Kafka"
             )
-        config = _reveal(self.source.config)
+        config = reveal(self.source.config)
         config.update(
             {
                 "bootstrap.servers": self.source.bootstrap_servers,

@@ -10,12 +10,8 @@ from consumers.backends.base import Backend
 from consumers.backends.kafka import kafka_backend
 from consumers.config.loading import import_callable
 from consumers.config.platform import PlatformConfig, load_platform_config
-from consumers.config.spec import (
-    KafkaSourceSpec,
-    WorkloadSpec,
-    resolve_handler,
-    spec_hash,
-)
+from consumers.config.sources import KafkaSourceSpec
+from consumers.config.spec import WorkloadSpec, resolve_handler, spec_hash
 from consumers.engine import event_loop
 from consumers.engine.resolution import DeadLetterPolicy, RetryPolicy
 from consumers.engine.settings import RunnerSettings

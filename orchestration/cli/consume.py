@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from consumers.config.spec import PulsarSourceSpec, WorkloadSpec, load_specs
+from consumers.config.sources import PulsarSourceSpec
+from consumers.config.spec import WorkloadSpec, load_specs
 from consumers.errors import SpecError
 from consumers.service.launch import run_specs
 from orchestration.cli.params import ip_address

@@ -13,7 +13,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from consumers.config.spec import KafkaSourceSpec, WorkloadSpec, load_specs
+from consumers.config.sources import KafkaSourceSpec
+from consumers.config.spec import WorkloadSpec, load_specs
 from consumers.dead_letters.reading import list_dead_letters, parse_since
 from consumers.dead_letters.replay import replay_client_config, replay_dead_letters
 from consumers.errors import SpecError

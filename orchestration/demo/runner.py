@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Final, TypeVar
 from rich.console import Console
 
 from consumers.backends.kafka import committed_offsets, log_end_offsets
-from consumers.config.spec import KafkaSourceSpec, PulsarSourceSpec, WorkloadSpec, load_spec
+from consumers.config.sources import KafkaSourceSpec, PulsarSourceSpec
+from consumers.config.spec import WorkloadSpec, load_spec
 from consumers.dev.embedded.pulsar import start_pulsar_lite
 from consumers.dev.embedded.tansu import start_tansu
 from consumers.dev.examples import TIME_ORDER

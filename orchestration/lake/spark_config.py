@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping
 from typing import Final
 
-from consumers.config.spec import is_secret_key
+from consumers.config.sources import is_secret_key
 from spark_jobs import LOCAL_SPARK_CONF
 
 SPARK_MASTER_ENV: Final = "LANEHOUSE_SPARK_MASTER"

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from consumers.config.spec import KafkaSourceSpec, PulsarSourceSpec, WorkloadSpec
+from consumers.config.sources import KafkaSourceSpec, PulsarSourceSpec
+from consumers.config.spec import WorkloadSpec
 from consumers.dev.embedded.child import BrokerProcess
 from consumers.errors import LanehouseError
 from orchestration.demo.events import STREAM_DATASETS

@@ -32,7 +32,8 @@ from dagster import (
 )
 from pydantic import Field
 
-from consumers.config.spec import KafkaSourceSpec, WorkloadSpec
+from consumers.config.sources import KafkaSourceSpec
+from consumers.config.spec import WorkloadSpec
 from consumers.dead_letters.replay import replay_client_config, replay_dead_letters
 from consumers.errors import LanehouseError
 from orchestration.local.instance import REPLAY_RUN_TAG

@@ -1,5 +1,6 @@
-"""The house's import rules, read from the source: no import circles, and the arrows between the
-engine's rooms point down (a backend never imports the engine, the engine never the service).
+"""The house's rules, read from the source: no import circles, the arrows between the
+engine's rooms point down (a backend never imports the engine, the engine never the service),
+and no module past 400 lines.
 
 Every import counts, also those under ``TYPE_CHECKING`` and inside functions: a circle a type
 checker walks is still a circle a reader walks."""
@@ -99,3 +100,13 @@ def test_imports_point_down(room: str) -> None:
         if target.startswith(FORBIDDEN[room])
     ]
     assert wrong == []
+
+
+def test_every_module_is_at_most_400_lines() -> None:
+    """One mechanism per module: past 400 lines a module is probably two."""
+    long = {
+        name: lines
+        for name, path in MODULES.items()
+        if (lines := len(path.read_text().splitlines())) > 400
+    }
+    assert long == {}
