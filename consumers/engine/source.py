@@ -23,7 +23,6 @@ import concurrent.futures
 import logging
 import queue
 import threading
-import time
 from collections import deque
 from typing import Any
 
@@ -35,6 +34,7 @@ from consumers.backends.base import (
     PartitionKey,
 )
 from consumers.backends.metadata import decode_done
+from consumers.clock import Clock, RealClock
 from consumers.engine.partition import PartitionState
 from consumers.engine.runner import WorkloadRunner
 from consumers.errors import BrokerError, EngineError
@@ -60,6 +60,7 @@ class SourceThread:
         drain_timeout: float,
         batch_size: int = 5000,
         poll_timeout: float = 0.05,
+        clock: Clock | None = None,
     ) -> None:
         self.name = name
         self._topics = topics
@@ -68,6 +69,7 @@ class SourceThread:
         self._drain_timeout = drain_timeout
         self._batch_size = batch_size
         self._poll_timeout = poll_timeout
+        self._clock = clock or RealClock()
         self._runner: WorkloadRunner | None = None
         self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._handed = threading.Event()
@@ -130,7 +132,8 @@ class SourceThread:
                 on_revoke=self._on_revoke,
                 on_lost=self._on_lost,
             )
-            next_watermarks = time.monotonic()
+            now = self._clock.now
+            next_watermarks = now()
             while not self._run_commands(consumer):
                 if self._posted - self._ingested >= MAX_HANDOFF_BATCHES:
                     self._handed.wait(self._poll_timeout)
@@ -140,9 +143,9 @@ class SourceThread:
                 if messages and self._intake_open:
                     self._posted += 1
                     self._post(("batch", messages))
-                if time.monotonic() >= next_watermarks:
+                if now() >= next_watermarks:
                     self._refresh_watermarks(consumer)
-                    next_watermarks = time.monotonic() + WATERMARK_REFRESH_SECONDS
+                    next_watermarks = now() + WATERMARK_REFRESH_SECONDS
         except BaseException as exc:
             log.exception("workload %s: source thread failed", self.name)
             self._loop.call_soon_threadsafe(_set_exception, self.failed, exc)

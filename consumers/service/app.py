@@ -154,6 +154,7 @@ class ConsumerApp:
             drain_timeout=workload.settings.drain_timeout,
             # Smaller buffers mean smaller polls, so a pause overshoots by little.
             batch_size=min(5000, workload.settings.buffer_limit),
+            clock=self.clock,
         )
         settings = workload.settings
         producer = None
