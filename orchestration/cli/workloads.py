@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from consumers.config.loading import state_dir as default_state_dir
+from orchestration.console import print_error
 from orchestration.workloads.names import workloads_dir
 
 if TYPE_CHECKING:
@@ -63,11 +64,9 @@ def _instance(state_dir: Path | None) -> DagsterInstance:
     else:
         home = default_state_dir(state_dir) / "dagster"
     if not (home / "dagster.yaml").is_file():
-        Console(stderr=True).print(
-            Text(
-                f"error: no Dagster instance at {home} (no dagster.yaml): start the platform "
-                "with `lanehouse up`, or point --state-dir or DAGSTER_HOME at it"
-            )
+        print_error(
+            f"no Dagster instance at {home} (no dagster.yaml): start the platform "
+            "with `lanehouse up`, or point --state-dir or DAGSTER_HOME at it"
         )
         raise typer.Exit(2)
     return DagsterInstance.from_config(str(home.resolve()))
@@ -169,7 +168,7 @@ def workloads_status(
     """One workload in detail: spec, phase, recent runs, and per-topic progress."""
     statuses, sensor = _collect(state_dir, specs, [name])
     if not statuses:
-        Console(stderr=True).print(Text(f"error: no workload named {name!r} (spec or runs)"))
+        print_error(f"no workload named {name!r} (spec or runs)")
         raise typer.Exit(2)
     (status,) = statuses
     if as_json:
