@@ -16,6 +16,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import uuid
 import warnings
 from dataclasses import dataclass
@@ -145,9 +146,21 @@ def free_port() -> int:
 
 
 def start_postgres(base_dir: Path) -> PostgresServer:
-    """initdb in ``base_dir/data`` and start the server on a free loopback port."""
+    """initdb in ``base_dir/data`` and start the server on a free loopback port.
+
+    As root the server runs as another user, who must be able to reach its data directory for
+    as long as it runs. pytest closes its temp root (``/tmp/pytest-of-root``, mode 0700) at the
+    start of every session, so a second test session on the machine would lock the server out
+    of a directory below it. There the server's files live in a directory of their own under
+    the system temp dir, and ``base_dir/server`` links to it for post-mortems.
+    """
     base_dir.mkdir(parents=True, exist_ok=True)
-    system_user = _prepare_root_user(base_dir) if os.geteuid() == 0 else None
+    system_user = None
+    if os.geteuid() == 0:
+        own = Path(tempfile.mkdtemp(prefix="lanehouse-postgres-"))
+        (base_dir / "server").symlink_to(own)
+        base_dir = own
+        system_user = _prepare_root_user(base_dir)
     server = PostgresServer(base_dir=base_dir, port=free_port(), system_user=system_user)
     server._run(
         BIN_DIR / "initdb",
