@@ -20,6 +20,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from fractions import Fraction
+from math import floor
 from typing import Final
 
 from orchestration.demo.events import (
@@ -59,7 +61,9 @@ class LiveShop:
     A user never has two sessions at once (a new session picks another user, or is skipped when
     every user tried is busy). Ids carry ``start_ms`` so a restarted shop never repeats one.
     Every ``1 / malformed_fraction``-th record of a stream is corrupted, the defect kinds taken
-    in turn, so the malformed share is exact rather than random.
+    in turn, so the malformed share is exact rather than random: after ``n`` records of a
+    stream, exactly ``floor(n * malformed_fraction)`` are malformed, counted in integers (the
+    fraction as the decimal it was written as, so 0.1 is one in ten, not 0.1000000000000000055).
     """
 
     def __init__(
@@ -80,9 +84,9 @@ class LiveShop:
         self._rng = random.Random(seed)
         self._prices = product_prices(self._rng)
         self._users = users
-        self._malformed = malformed_fraction
+        self._malformed = Fraction(repr(malformed_fraction))
         self._defects = defect_turns()
-        self._credit: dict[Stream, float] = {"clicks": 0.0, "orders": 0.0}
+        self._records: dict[Stream, int] = {"clicks": 0, "orders": 0}
         self._session_every_ms = 1000 * CLICKS_PER_SESSION / clicks_per_second
         self._opened_ms = start_ms
         self._next_session_ms = float(start_ms - WARM_UP_MS)
@@ -129,10 +133,10 @@ class LiveShop:
         return f"{kind}-live-{self._run}-{next(self._ids):07d}"
 
     def _defect(self, stream: Stream) -> DefectKind | None:
-        self._credit[stream] += self._malformed
-        if self._credit[stream] < 1:
+        before = self._records[stream]
+        self._records[stream] = after = before + 1
+        if floor(after * self._malformed) == floor(before * self._malformed):
             return None
-        self._credit[stream] -= 1
         return next(self._defects[stream])
 
 

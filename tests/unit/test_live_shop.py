@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections import Counter
+from fractions import Fraction
 
 import pytest
 
@@ -139,3 +141,19 @@ def test_run_sends_each_stream_to_its_sink_and_closes_them_on_stop() -> None:
     assert {r.stream for r in clicks.records} == {"clicks"}
     assert {r.stream for r in orders.records} == {"orders"}
     assert sent["malformed"] == sum(not r.valid for r in clicks.records + orders.records)
+
+
+@pytest.mark.parametrize("fraction", [0.1, 0.3, 0.02, 1 / 3])
+def test_every_prefix_of_a_stream_has_its_exact_malformed_share(fraction: float) -> None:
+    """After n records, exactly floor(n * fraction) are malformed, also at the multiples where a
+    running float sum falls short (ten additions of 0.1 are 0.9999999999999999)."""
+    shop = LiveShop(
+        clicks_per_second=5.0, start_ms=START_MS, users=300, malformed_fraction=fraction
+    )
+    clicks = [r for r in played(shop, START_MS + 1_800_000) if r.stream == "clicks"]
+    assert len(clicks) > 1_000
+    exact = Fraction(repr(fraction))
+    malformed = 0
+    for n, record in enumerate(clicks, start=1):
+        malformed += not record.valid
+        assert malformed == math.floor(n * exact), f"after {n} clicks"
