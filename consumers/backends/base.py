@@ -133,6 +133,11 @@ class ConsumerLike(Protocol):
         """The partition's end as the client last saw it (no broker round trip); -1 unknown."""
         ...
 
+    def positions(self, parts: list[PartitionKey]) -> dict[PartitionKey, int]:
+        """The offset the client returns next, per partition it knows one for: past offsets it
+        never returns (transaction markers, compacted records) once it has read over them."""
+        ...
+
     def close(self) -> None: ...
 
 

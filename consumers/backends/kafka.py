@@ -173,6 +173,13 @@ class KafkaConsumer:
             return -1
         return int(high)
 
+    def positions(self, parts: list[PartitionKey]) -> dict[PartitionKey, int]:
+        try:
+            found = self._client.position([TopicPartition(t, p) for t, p in parts])
+        except KafkaException:
+            return {}
+        return {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}
+
     def close(self) -> None:
         self._client.close()
 

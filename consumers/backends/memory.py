@@ -90,6 +90,15 @@ class MemoryBroker:
             self._lock.notify_all()
             return partition, len(log) - 1
 
+    def mark(self, topic: str, partition: int, count: int = 1) -> None:
+        """Append offsets no consumer is ever given, as a transaction's commit or abort marker
+        does at the end of a partition."""
+        with self._lock:
+            self._topics[topic][partition].extend(
+                _Entry(None, None, None, -1) for _ in range(count)
+            )
+            self._lock.notify_all()
+
     def end_offsets(self, topic: str) -> list[int]:
         with self._lock:
             return [len(log) for log in self._topics[topic]]
@@ -275,6 +284,10 @@ class MemoryConsumer:
     def high_watermark(self, part: PartitionKey) -> int:
         with self._broker._lock:
             return len(self._broker._topics[part[0]][part[1]])
+
+    def positions(self, parts: list[PartitionKey]) -> dict[PartitionKey, int]:
+        with self._broker._lock:
+            return {part: self._positions[part] for part in parts if part in self._positions}
 
     def close(self) -> None:
         if self._closed:

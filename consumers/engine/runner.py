@@ -170,6 +170,16 @@ class WorkloadRunner:
         if self._lake is not None:
             self._lake.prepare(parts)
 
+    def passed(self, positions: dict[PartitionKey, int]) -> None:
+        """The client's positions (after every record below them was ingested): where a
+        partition read past offsets it never delivers, its watermark may move past them."""
+        if not self._intake_open:
+            return  # records ignored since the drain began lie below these positions
+        for key, position in positions.items():
+            part = self.parts.get(key)
+            if part is not None and not part.closing:
+                part.tracker.passed(position)
+
     def assign(self, parts: Iterable[PartitionState]) -> None:
         self.last_ingest = self._clock.now()  # idleness counts from the assignment
         for part in parts:

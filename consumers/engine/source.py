@@ -81,6 +81,8 @@ class SourceThread:
         self._shutting_down = False
         self._closed = False
         self._consumer: ConsumerLike | None = None
+        #: Client positions last posted to the runner.
+        self._positions: dict[PartitionKey, int] = {}
         self._thread = threading.Thread(target=self._run, name=f"lh-source-{name}", daemon=True)
         self.assigned: dict[PartitionKey, PartitionState] = {}
         self.failed: asyncio.Future[None] = loop.create_future()
@@ -194,6 +196,8 @@ class SourceThread:
                 self._handed.set()
             elif kind == "assign":
                 runner.assign(payload)
+            elif kind == "positions":
+                runner.passed(payload)
             else:  # revoke
                 keys, result = payload
                 _chain(asyncio.ensure_future(runner.revoke(keys)), result)
@@ -250,10 +254,18 @@ class SourceThread:
             self.commits += 1
 
     def _refresh_watermarks(self, consumer: ConsumerLike) -> None:
+        """Each partition's end, and the client's positions: posted behind the batches already
+        posted, so the runner sees a position only once it has every record below it."""
         for key, part in list(self.assigned.items()):
             high = consumer.high_watermark(key)
             if high >= 0:
                 part.high_watermark = high
+        if self.assigned and self._intake_open:
+            positions = consumer.positions(list(self.assigned))
+            moved = {k: v for k, v in positions.items() if self._positions.get(k) != v}
+            if moved:
+                self._positions.update(moved)
+                self._post(("positions", moved))
 
     # ------------------------------------------------------------ rebalance callbacks
 

@@ -22,7 +22,7 @@ from consumers.record import Record
 class OffsetTracker:
     """Delivered-but-uncommitted records of one partition, in offset order."""
 
-    __slots__ = ("_pending", "committed", "last_delivered", "pinned_since", "released")
+    __slots__ = ("_pending", "beyond", "committed", "last_delivered", "pinned_since", "released")
 
     def __init__(self) -> None:
         self._pending: deque[Record] = deque()
@@ -33,6 +33,9 @@ class OffsetTracker:
         self.released = 0
         #: Clock reading when the current head record became the head.
         self.pinned_since = 0.0
+        #: The client's position when it read past offsets it never delivers (a transaction
+        #: marker after the last record): the watermark once everything delivered is done.
+        self.beyond: int | None = None
 
     def deliver(self, record: Record, now: float) -> None:
         """Track a record in offset order (the source delivers each partition in order)."""
@@ -44,6 +47,9 @@ class OffsetTracker:
             )
         if not self._pending:
             self.pinned_since = now
+        beyond = self.beyond
+        if beyond is not None and record.offset < beyond:
+            self.beyond = None  # the client went back: its old position no longer holds
         self._pending.append(record)
         self.last_delivered = record.offset
 
@@ -61,14 +67,27 @@ class OffsetTracker:
         self.pinned_since = now
         return advanced
 
+    def passed(self, position: int) -> None:
+        """The client's position, given once every record it delivered below it was delivered
+        here; kept when it is past the last delivered record (offsets never delivered)."""
+        last = self.last_delivered
+        if last is None or position > last + 1:
+            self.beyond = position
+
     @property
     def position(self) -> int | None:
-        """Offset to commit: first incomplete delivered record, else one past the last one."""
+        """Offset to commit: the first incomplete delivered record; else one past the last one,
+        or the client's position past offsets it never delivers (transaction markers, compacted
+        records), so an idle partition's committed offset reaches the log end."""
         if self._pending:
             return self._pending[0].offset
-        if self.last_delivered is None:
-            return None
-        return self.last_delivered + 1
+        last = self.last_delivered
+        beyond = self.beyond
+        if last is None:
+            return beyond
+        if beyond is not None and beyond > last + 1:
+            return beyond
+        return last + 1
 
     @property
     def head(self) -> Record | None:

@@ -202,6 +202,24 @@ async def test_offset_gaps_never_stall_the_watermark() -> None:
     assert backend.committed("g-gap", topic, 1) == end
 
 
+async def test_offsets_after_the_last_record_are_committed_past_when_idle() -> None:
+    """A transaction's marker after the last record is never delivered; the committed offset
+    still reaches the log end (the client's position), or lag reads 1 forever."""
+    backend = MemoryBackend()
+    topic = backend.make_topic(1)
+    for _ in range(5):
+        backend.broker.produce(topic, b"{}", b"k", partition=0)
+    backend.broker.mark(topic, 0)
+    done: list[int] = []
+
+    async def handler(rec: Record) -> None:
+        done.append(rec.offset)
+
+    await ConsumerApp([workload(backend, topic, "g-marker", handler)]).run(until_idle=1.5)
+    assert done == [0, 1, 2, 3, 4]
+    assert backend.committed("g-marker", topic, 1) == backend.log_end(topic, 1) == {0: 6}
+
+
 def test_duplicate_workload_names_are_rejected() -> None:
     backend = MemoryBackend()
     topic = backend.make_topic(1)

@@ -120,3 +120,40 @@ async def test_null_key_empty_value_and_5mb_value(kafka_broker: TansuBroker) -> 
     assert seen[2][2] == "x" * (5 * 1024 * 1024)
     assert [(k, n) for k, n, _ in seen] == [(None, 8), (b"k", 0), (b"k", len(big)), (b"k", None)]
     assert_all_committed(kafka_broker.bootstrap, "g-odd", topic, 1)
+
+
+async def test_transactional_topic_is_committed_to_its_log_end_when_idle(
+    kafka_broker: TansuBroker, topic_factory
+) -> None:
+    """A transaction ends in a marker offset no consumer is given: after the last record the
+    committed offset must still reach the log end, or every lag monitor reads 1 forever."""
+    from confluent_kafka import Producer
+
+    topic = topic_factory(2)
+    producer = Producer(
+        {"bootstrap.servers": kafka_broker.bootstrap, "transactional.id": f"tx-{topic}"}
+    )
+    producer.init_transactions(10)
+    for txn in range(20):
+        producer.begin_transaction()
+        for i in range(50):
+            producer.produce(topic, b"{}", key=b"k%d" % (i % 10), partition=i % 2)
+        if txn % 4 == 3:
+            producer.abort_transaction(10)
+        else:
+            producer.commit_transaction(10)
+    producer.flush(10)
+    del producer  # its coordinator connection would outlive the test
+    handled: list[int] = []
+
+    async def handler(rec: Record) -> None:
+        handled.append(rec.offset)
+
+    settings = RunnerSettings(name="txn", concurrency=50, commit_interval=0.2)
+    client = factory(kafka_broker, "g-txn", **{"isolation.level": "read_committed"})
+    [summary] = await ConsumerApp([Workload(settings, handler, [topic], client)]).run(
+        until_idle=2.5
+    )
+
+    assert summary.counters["completed"] == len(handled) >= 750
+    assert_all_committed(kafka_broker.bootstrap, "g-txn", topic, 2)

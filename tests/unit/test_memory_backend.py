@@ -308,3 +308,16 @@ def test_a_closed_consumer_refuses_calls_and_closes_once() -> None:
         consumer.consume(1, timeout=0)
     with pytest.raises(RuntimeError, match="closed"):
         consumer.commit([(TOPIC, 0, 1, "")], asynchronous=False)
+
+
+def test_positions_pass_offsets_that_are_never_delivered() -> None:
+    broker = MemoryBroker()
+    broker.create_topic(TOPIC)
+    broker.produce(TOPIC, b"a", partition=0)
+    broker.mark(TOPIC, 0)  # a transaction marker after the last record
+    consumer = broker.consumer("g")
+    _only(consumer)
+    assert [m.offset() for m in consumer.consume(100, timeout=0)] == [0]
+    assert consumer.positions([(TOPIC, 0)]) == {(TOPIC, 0): 2}
+    assert broker.end_offsets(TOPIC) == [2]
+    consumer.close()

@@ -110,6 +110,32 @@ def test_delivering_a_non_increasing_offset_raises(offsets: list[int], back: int
     assert len(tracker) == len(offsets)
 
 
+def test_a_client_position_past_the_last_record_is_the_position_once_all_is_done() -> None:
+    tracker = OffsetTracker()
+    records = [_record(o) for o in (3, 4)]
+    for rec in records:
+        tracker.deliver(rec, now=0.0)
+    tracker.passed(6)  # offset 5 is a transaction marker the client read over
+    assert tracker.position == 3  # a delivered record is still running: it pins the watermark
+    tracker.complete(records[0], now=0.0)
+    tracker.complete(records[1], now=0.0)
+    assert tracker.position == 6
+    tracker.passed(5)  # the client's position right after the last record says nothing new
+    assert tracker.position == 6
+    tracker.deliver(_record(6), now=0.0)
+    assert tracker.position == 6
+
+
+def test_a_position_is_kept_before_any_record_and_forgotten_when_the_client_goes_back() -> None:
+    tracker = OffsetTracker()
+    tracker.passed(9)  # only markers so far
+    assert tracker.position == 9
+    back = _record(7)  # the client went back (a seek): its old position no longer holds
+    tracker.deliver(back, now=0.0)
+    tracker.complete(back, now=0.0)
+    assert tracker.position == 8
+
+
 def test_drop_all_forgets_pending_records_without_releasing_them() -> None:
     tracker = OffsetTracker()
     records = [_record(o) for o in (3, 4, 7)]

@@ -240,6 +240,10 @@ class PulsarConsumer:
             return -1
         return int(held.next_offset + max(last.entry_id() - entry, 0))
 
+    def positions(self, parts: list[PartitionKey]) -> dict[PartitionKey, int]:
+        """None: the offsets are this session's own numbering, without holes."""
+        return {}
+
     def close(self) -> None:
         """Close quietly: whatever was not acknowledged is redelivered, so a failing close (the
         broker gone) costs replays, not data."""
