@@ -17,7 +17,7 @@ from orchestration.demo.runner import demo_days, pulsar_unacknowledged, run_demo
 from orchestration.lake.backfill import DayCounts
 from tests.backends import PulsarBackend
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 
 def test_demo_runs_end_to_end_and_reconciles(tmp_path: Path) -> None:

@@ -26,7 +26,8 @@ from consumers.backends.kafka import committed_offsets
 from tests.helpers import wait_until
 from tests.integration.platform_up import WORKLOADS, Up
 
-pytestmark = pytest.mark.integration
+# The browser test took 3 min 20 s on a quiet 2-core machine: room for a busier one.
+pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.timeout(600)]
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = Path(os.environ.get("LANEHOUSE_ARTIFACTS", "test-artifacts")) / "ui"

@@ -13,7 +13,7 @@ import pytest
 from tests.helpers import wait_until
 from tests.integration.platform_up import WORKLOADS, Up
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 
 HEARTBEAT_TIMEOUT = 20
