@@ -7,6 +7,12 @@ Why each setting (see NOTES.md, "Spark"):
 - ``spark.sql.session.timeZone=UTC``: timestamps print and parse in UTC, as the data is.
 - four shuffle partitions: the default 200 makes tiny local jobs spend their time scheduling.
 - no UI and no console progress bar: nobody looks at them here and they take a port and logs.
+- ``log4j2.properties`` beside this module for the driver: warnings and errors, no start-up
+  banner.
+- PySpark's "does not yet fully support pandas >= 3.0.0" warning is silenced, for this reason
+  only: the paths this project takes through pandas (``toPandas`` in the assets' checks and the
+  tests, Arrow conversion) are exercised on pandas 3 by ``tests/integration/test_spark_jobs.py``
+  and ``test_lake_assets.py`` and pass.
 
 ``LOCAL_SPARK_CONF`` is what ``PySparkResource(spark_config=...)`` receives, so tests and
 Dagster runs use the same settings; ``LOCAL_SPARK_ENV`` must be in the environment before
@@ -17,7 +23,9 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Final
 
 from pyspark.sql import SparkSession
@@ -26,6 +34,13 @@ LOCAL_SPARK_ENV: Final[Mapping[str, str]] = {
     "PYSPARK_PYTHON": sys.executable,
     "SPARK_LOCAL_IP": "127.0.0.1",
 }
+
+#: The driver's logging configuration (see the module docstring).
+LOG4J_CONFIG: Final = Path(__file__).with_name("log4j2.properties")
+
+warnings.filterwarnings(
+    "ignore", message="PySpark does not yet fully support pandas", category=FutureWarning
+)
 
 LOCAL_SPARK_CONF: Final[Mapping[str, str]] = {
     "spark.pyspark.python": sys.executable,
@@ -37,6 +52,7 @@ LOCAL_SPARK_CONF: Final[Mapping[str, str]] = {
     "spark.default.parallelism": "4",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
+    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}",
 }
 
 

@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 
 from consumers.config.loading import state_dir as default_state_dir
+from orchestration.cli.terminal import quiet_dependencies
 from orchestration.console import err_console, exits_on
 from orchestration.local.up import UpSettings, run_up
 
@@ -34,13 +35,16 @@ def demo(
             "<state>/demo/lake, emptied first.",
         ),
     ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="Also show Dagster's beta and preview notices.")
+    ] = False,
 ) -> None:
     """Embedded Kafka and Pulsar → a shop's clicks and orders over several days → both
     workloads land them → the Spark assets for those days → a reconciliation table per day
     (exit 1 unless everything reconciles)."""
     from orchestration.demo.runner import run_demo  # Dagster and Spark
 
-    with exits_on():
+    with exits_on(), quiet_dependencies(verbose):
         ok = run_demo(
             err_console,
             state=default_state_dir(state_dir),

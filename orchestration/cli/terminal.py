@@ -1,11 +1,12 @@
-"""What long-running commands share on the terminal: the progress bar, and stopping on
-SIGINT or SIGTERM."""
+"""What long-running commands share on the terminal: the progress bar, stopping on SIGINT or
+SIGTERM, and keeping dependencies' notices out of a user's way."""
 
 from __future__ import annotations
 
 import contextlib
 import signal
 import threading
+import warnings
 from collections.abc import Iterator
 from types import FrameType
 
@@ -58,3 +59,16 @@ def progress_bar(transient: bool = False) -> Progress:
         console=err_console,
         transient=transient,
     )
+
+
+@contextlib.contextmanager
+def quiet_dependencies(verbose: bool) -> Iterator[None]:
+    """Inside, Dagster's beta and preview notices (about APIs Lanehouse chose, not anything the
+    user did) are hidden unless ``verbose``. Imports Dagster: for commands that run it."""
+    with warnings.catch_warnings():
+        if not verbose:
+            from dagster import BetaWarning, PreviewWarning
+
+            warnings.simplefilter("ignore", BetaWarning)
+            warnings.simplefilter("ignore", PreviewWarning)
+        yield

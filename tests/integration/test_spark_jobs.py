@@ -7,6 +7,8 @@ import contextlib
 import io
 import json
 import re
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, date, datetime, timedelta
@@ -539,3 +541,25 @@ def test_files_the_landing_sink_writes_read_back_as_the_landed_schema(
         assert row["clean"] == expected[day]["clicks_valid"]
     back = result.clean.select("_topic_id", "_partition", "_offset").first()
     assert back is not None and back["_topic_id"] == "topic-id-1"
+
+
+def test_a_local_session_starts_without_banner_or_pandas_notice() -> None:
+    """What a user of ``lanehouse demo`` sees of Spark: no log4j banner, no "default log level"
+    notice, no pandas-support warning (the paths the project uses are tested on pandas 3)."""
+    code = (
+        "from spark_jobs.session import local_spark_session\n"
+        "import pyspark.testing.utils\n"
+        "s = local_spark_session('quiet-check')\n"
+        "print('rows', s.range(3).count())\n"
+        "s.stop()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=180, check=True
+    )
+    assert "rows 3" in done.stdout
+    for noise in (
+        "Using Spark's default log4j profile",
+        "Setting default log level",
+        "does not yet fully support pandas",
+    ):
+        assert noise not in done.stderr, done.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,19 @@ def test_cli_module_does_not_import_dagster_spark_or_pulsar() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_dagster_beta_notices_show_only_when_verbose(verbose: bool) -> None:
+    from dagster import BetaWarning, PreviewWarning
+
+    from orchestration.cli.terminal import quiet_dependencies
+
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        with quiet_dependencies(verbose):
+            warnings.warn("backfill_policy is in beta", BetaWarning, stacklevel=1)
+            warnings.warn("a preview API", PreviewWarning, stacklevel=1)
+            warnings.warn("something else", UserWarning, stacklevel=1)
+    kinds = [w.category for w in shown]
+    assert kinds == ([BetaWarning, PreviewWarning, UserWarning] if verbose else [UserWarning])
