@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from tests.postgres import PostgresServer
 
-_TIERS = ("unit", "integration", "e2e")
+_TIERS = ("unit", "integration", "reliability", "e2e")
 
 
 def pytest_configure(config: pytest.Config) -> None:

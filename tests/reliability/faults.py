@@ -1,0 +1,74 @@
+"""What the fault tests share: how big a run is (``LH_SOAK=1`` for the long variant), the
+records a topic holds, and one consumer process run after another against one verifier."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from consumers.backends.kafka import committed_offsets, log_end_offsets
+from consumers.dev.embedded.tansu import TansuBroker
+from tests.backends import TansuBackend
+from tests.integration.processes import finish, start_consumer
+from tests.reliability.verifier import CommitSampler, Verdict, verify
+
+#: The long variant (``LH_SOAK=1 make test PYTEST_ARGS=tests/reliability``): more records, more
+#: faults, longer outages.
+SOAK = os.environ.get("LH_SOAK") == "1"
+
+
+@dataclass(frozen=True)
+class Executor:
+    """One way a handler runs, as a spec says it and as the recording handler does it."""
+
+    handler: str
+    spec: str
+    delay: float
+    records: int
+
+
+EXECUTORS = {
+    "async": Executor("record", "", 0.005, 100_000 if SOAK else 20_000),
+    "auto": Executor("record_sync", "", 0.0002, 100_000 if SOAK else 20_000),
+    "thread": Executor("record_sync", "executor: thread\n", 0.0002, 100_000 if SOAK else 20_000),
+    "process": Executor(
+        "record_sync", "executor: process\nprocesses: 2\n", 0.0005, 40_000 if SOAK else 8_000
+    ),
+}
+
+
+def produced(broker: TansuBroker, topic: str, partitions: int) -> set[tuple[str, int]]:
+    """The ``(key, seq)`` of every record in ``topic``, read back from the broker."""
+    return {
+        (value["key"], value["seq"])
+        for part in TansuBackend(broker).read(topic, partitions)
+        for stored in part
+        if stored.value is not None and (value := json.loads(stored.value))
+    }
+
+
+def finish_and_verify(
+    broker: TansuBroker,
+    spec: Path,
+    topic: str,
+    group: str,
+    partitions: int,
+    runs: list[Path],
+    sampler: CommitSampler,
+    records: set[tuple[str, int]],
+) -> Verdict:
+    """One last run to idleness, then :func:`verify` over every run."""
+    final = runs[0].with_name("final.txt")
+    runs.append(final)
+    finish(start_consumer(spec, final, 0.0, "--until-idle", "2"))
+    committed = committed_offsets(broker.bootstrap, group, topic, partitions)
+    ends = log_end_offsets(broker.bootstrap, topic, partitions)
+    return verify(records, runs, sampler, committed, ends)
+
+
+def kill(proc: subprocess.Popen[bytes]) -> None:
+    proc.kill()  # SIGKILL: no drain, no final commit
+    proc.wait(timeout=30)
