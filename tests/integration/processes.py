@@ -79,7 +79,13 @@ def lines(path: Path) -> int:
 
 
 def finish(proc: subprocess.Popen[bytes], timeout: float = 120) -> str:
-    out, _ = proc.communicate(timeout=timeout)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate(timeout=30)
+        tail = out.decode(errors="replace")[-3000:]
+        raise AssertionError(f"consumer still running after {timeout:.0f}s:\n{tail}") from None
     text = out.decode(errors="replace")
     assert proc.returncode == 0, f"consumer exited {proc.returncode}:\n{text[-3000:]}"
     return text

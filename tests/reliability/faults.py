@@ -63,7 +63,8 @@ def finish_and_verify(
     """One last run to idleness, then :func:`verify` over every run."""
     final = runs[0].with_name("final.txt")
     runs.append(final)
-    finish(start_consumer(spec, final, 0.0, "--until-idle", "2"))
+    # INFO: assignments and revokes, shown only if the run fails.
+    finish(start_consumer(spec, final, 0.0, "--until-idle", "2", "--log-level", "INFO"))
     committed = committed_offsets(broker.bootstrap, group, topic, partitions)
     ends = log_end_offsets(broker.bootstrap, topic, partitions)
     return verify(records, runs, sampler, committed, ends)
