@@ -32,7 +32,7 @@ pytestmark = pytest.mark.reliability
 
 PARTITIONS = 4
 KEYS = 200
-KILLS = 20 if SOAK else 5
+KILLS = 20 if SOAK else 4
 
 
 @pytest.mark.parametrize("executor", sorted(EXECUTORS))
