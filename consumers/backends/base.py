@@ -170,7 +170,6 @@ class Backend:
     """Everything the engine needs from one broker kind for one workload: its clients and, for a
     landing workload, how to name and place what it lands."""
 
-    kind: str
     consumer_factory: ConsumerFactory
     producer_factory: ProducerFactory
     identify: Identify | None = None

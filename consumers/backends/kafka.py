@@ -103,7 +103,6 @@ def kafka_producer_factory(client_config: Mapping[str, Any]) -> ProducerFactory:
 def kafka_backend(client_config: Mapping[str, Any], landing: bool) -> Backend:
     """A workload's Kafka clients, and topic ids when it lands (its lake names files by them)."""
     return Backend(
-        "kafka",
         kafka_consumer_factory(client_config),
         kafka_producer_factory(client_config),
         identify=kafka_identities(client_config) if landing else None,

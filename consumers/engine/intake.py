@@ -34,6 +34,7 @@ class Intake:
         limit: int,
         pause: Callable[[list[PartitionKey]], None],
         resume: Callable[[list[PartitionKey]], None],
+        sequenced: bool,
     ) -> None:
         self._name = name
         self._parts = parts
@@ -45,7 +46,7 @@ class Intake:
         self._pause = pause
         self._resume = resume
         #: Keep records in delivery order for the output sequencer (output topic only).
-        self.sequenced = False
+        self._sequenced = sequenced
 
     def file(self, messages: list[MessageLike], now: float) -> list[Record]:
         """File ``messages``; returns the records a previous owner already completed (their
@@ -55,7 +56,7 @@ class Intake:
         ordered = self._ordered
         file = self._ready.file
         counters = self._counters
-        sequenced = self.sequenced
+        sequenced = self._sequenced
         skipped: list[Record] = []
         part: PartitionState | None = None
         tracker = None

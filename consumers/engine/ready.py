@@ -13,7 +13,7 @@ key count); a lane whose partition is closing (revoke) is dropped instead of run
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable
 
 from consumers.engine.partition import Lane, PartitionState
 from consumers.record import Record
@@ -32,9 +32,6 @@ class ReadyLanes:
 
     def __bool__(self) -> bool:
         return bool(self._lanes)
-
-    def __iter__(self) -> Iterator[Lane]:
-        return iter(self._lanes)
 
     def file(self, part: PartitionState, lane_id: Hashable, ordered: bool, rec: Record) -> None:
         """A new record joins its lane (made on demand); the lane queues if it was idle."""

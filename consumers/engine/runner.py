@@ -87,17 +87,6 @@ class WorkloadRunner:
         self._control = control
         self._clock = clock
         self._ready = ReadyLanes()
-        self._intake = Intake(
-            settings.name,
-            self.parts,
-            self._ready,
-            lane_router(settings.ordering, settings.virtual_partitions),
-            settings.ordering != "none",
-            self.counters,
-            settings.buffer_limit,
-            control.pause,
-            control.resume,
-        )
         self._intake_open = True
         self._progress = asyncio.Event()
         self._commit_now = asyncio.Event()
@@ -128,7 +117,18 @@ class WorkloadRunner:
             identity=self._lake.identity if self._lake else None,
             position=position,
         )
-        self._intake.sequenced = self._resolver.sequenced
+        self._intake = Intake(
+            settings.name,
+            self.parts,
+            self._ready,
+            lane_router(settings.ordering, settings.virtual_partitions),
+            settings.ordering != "none",
+            self.counters,
+            settings.buffer_limit,
+            control.pause,
+            control.resume,
+            sequenced=self._resolver.sequenced,
+        )
         batches = BatchCalls(
             settings.name,
             settings.mode == "unique",

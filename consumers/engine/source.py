@@ -303,6 +303,7 @@ class SourceThread:
             # Shutdown already drained and committed everything before close().
             for key in keys:
                 self.assigned.pop(key, None)
+                self._positions.pop(key, None)
             return
         assert self._runner is not None
         future: concurrent.futures.Future[list[CommitOffset]] = concurrent.futures.Future()
@@ -317,6 +318,8 @@ class SourceThread:
             self._commit(self._consumer, offsets, asynchronous=False)
         for key in keys:
             self.assigned.pop(key, None)
+            # A later assignment is new state: its first position must be posted again.
+            self._positions.pop(key, None)
 
 
 def _chain(task: asyncio.Future[Any], result: concurrent.futures.Future[Any]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,8 +67,3 @@ def finish_and_verify(
     committed = committed_offsets(broker.bootstrap, group, topic, partitions)
     ends = log_end_offsets(broker.bootstrap, topic, partitions)
     return verify(records, runs, sampler, committed, ends)
-
-
-def kill(proc: subprocess.Popen[bytes]) -> None:
-    proc.kill()  # SIGKILL: no drain, no final commit
-    proc.wait(timeout=30)

@@ -329,6 +329,6 @@ def pulsar_backend(settings: PulsarSettings, landing: bool) -> Backend:
     Pulsar offsets are per session), so the consumer comes from :class:`PulsarLandingPositions`."""
     producers = pulsar_producer_factory(settings)
     if not landing:
-        return Backend("pulsar", pulsar_consumer_factory(settings), producers)
+        return Backend(pulsar_consumer_factory(settings), producers)
     positions = PulsarLandingPositions(settings)
-    return Backend("pulsar", positions.factory, producers, positions.identify, positions.position)
+    return Backend(positions.factory, producers, positions.identify, positions.position)
