@@ -13,11 +13,8 @@ it found by partition and offset before applying ``limit``.
 from __future__ import annotations
 
 import logging
-import re
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from confluent_kafka import (
@@ -31,14 +28,29 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from consumers.config.loading import parse_duration
-from consumers.dead_letters.headers import (
-    DeadLetterInfo,
-    decode_dead_letter,
+from consumers.dead_letters.selection import (
+    DeadLetterEntry,
+    ProgressCallback,
+    check_limit,
+    entry_from,
+    first_entries,
+    listed,
+    parse_since,
 )
 from consumers.errors import BrokerError
 
-log = logging.getLogger(__name__)
+__all__ = [  # the shared names stay importable from here, where they used to live
+    "BATCH",
+    "POLL",
+    "ClientConfig",
+    "DeadLetterEntry",
+    "ProgressCallback",
+    "ToEnd",
+    "check_limit",
+    "list_dead_letters",
+    "parse_since",
+    "read_entry",
+]
 
 log = logging.getLogger(__name__)
 
@@ -53,46 +65,6 @@ _CONSUMER_DEFAULTS: Final[Mapping[str, Any]] = {
 }
 
 ClientConfig = Mapping[str, str | int | float | bool]
-#: ``progress(scanned, total)``: dead-letter records read so far, and how many this run will
-#: read (``None`` until every partition answered once; it grows if dead letters keep arriving).
-ProgressCallback = Callable[[int, int | None], None]
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetterEntry:
-    """One dead letter: where it sits in the dead-letter topic, its record, its headers decoded."""
-
-    partition: int
-    offset: int
-    #: The dead-letter record's own timestamp (when it was written), if the broker kept one.
-    timestamp_ms: int | None
-    key: bytes | None
-    value: bytes | None
-    info: DeadLetterInfo
-
-
-_SINCE_DURATION = re.compile(r"\s*\d+(?:\.\d*)?\s*(?:ms|s|m|h)\s*")
-
-
-def parse_since(value: str, *, now_ms: int | None = None) -> int:
-    """``--since``: a duration ago (``30m``, ``2h``, ``1.5h``, ``500ms``) or an ISO 8601 time
-    (``2024-05-01T12:00:00+02:00``; UTC when it has no offset). Returns epoch milliseconds.
-
-    A bare number is refused: neither "seconds ago" nor "epoch" would be obvious.
-    """
-    if _SINCE_DURATION.fullmatch(value):
-        now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-        return now - round(parse_duration(value.strip()) * 1000)
-    try:
-        moment = datetime.fromisoformat(value.strip())
-    except ValueError:
-        raise ValueError(
-            f"invalid time {value!r}: give a duration ago such as '30m' or '2h', or an ISO 8601 "
-            "timestamp such as '2024-05-01T12:00:00Z'"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return round(moment.timestamp() * 1000)
 
 
 def list_dead_letters(
@@ -125,15 +97,11 @@ def list_dead_letters(
         for batch in reader.batches():
             for msg in batch:
                 entry = read_entry(msg, dlq_topic)
-                if entry is None or entry.info.workload != workload:
-                    continue
-                if since_ms is not None and entry.info.last_failure_ms < since_ms:
-                    continue
-                entries.append(entry)
+                if entry is not None and listed(entry, workload, since_ms):
+                    entries.append(entry)
     finally:
         consumer.close()
-    entries.sort(key=lambda e: (e.partition, e.offset))
-    return entries if limit is None else entries[:limit]
+    return first_entries(entries, limit)
 
 
 class ToEnd:
@@ -214,20 +182,15 @@ def offset_of(msg: Message) -> int:
 
 def read_entry(msg: Message, topic: str) -> DeadLetterEntry | None:
     """The record as a dead letter, or ``None`` (logged) when its headers are not readable."""
-    partition, offset = partition_of(msg), offset_of(msg)
-    try:
-        info = decode_dead_letter(headers_of(msg))
-    except ValueError as exc:
-        log.warning("%s[%d]@%d is not a readable dead letter: %s", topic, partition, offset, exc)
-        return None
     kind, timestamp = msg.timestamp()
-    return DeadLetterEntry(
-        partition=partition,
-        offset=offset,
+    return entry_from(
+        topic,
+        partition_of(msg),
+        offset_of(msg),
         timestamp_ms=None if kind == TIMESTAMP_NOT_AVAILABLE else timestamp,
         key=msg.key(),
         value=msg.value(),
-        info=info,
+        headers=headers_of(msg),
     )
 
 
@@ -268,8 +231,3 @@ def require_topic(topics: Mapping[str, int], topic: str, bootstrap: str, role: s
     if partitions < 1:
         raise BrokerError(f"{role} {topic!r} does not exist on {bootstrap}")
     return partitions
-
-
-def check_limit(limit: int | None) -> None:
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit must be at least 1, got {limit}")

@@ -19,7 +19,6 @@ takes dead letters oldest first within each partition, in the order they arrive.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 
 from confluent_kafka import (
     OFFSET_STORED,
@@ -39,10 +38,7 @@ from consumers.dead_letters.headers import (
 from consumers.dead_letters.reading import (
     POLL,
     ClientConfig,
-    DeadLetterEntry,
-    ProgressCallback,
     ToEnd,
-    check_limit,
     consumer_config,
     offset_of,
     partition_of,
@@ -50,7 +46,23 @@ from consumers.dead_letters.reading import (
     require_topic,
     topic_partitions,
 )
+from consumers.dead_letters.selection import (
+    DeadLetterEntry,
+    ProgressCallback,
+    ReplaySummary,
+    ReplayTally,
+    check_limit,
+    check_max_replays,
+    replay_group,
+)
 from consumers.errors import BrokerError
+
+__all__ = [  # the shared names stay importable from here, where they used to live
+    "ReplaySummary",
+    "replay_client_config",
+    "replay_dead_letters",
+    "replay_group",
+]
 
 log = logging.getLogger(__name__)
 
@@ -59,29 +71,6 @@ def replay_client_config(spec: WorkloadSpec) -> dict[str, str | int | float | bo
     """The workload's client properties (security, timeouts) without the ones these tools set."""
     owned = {"group.id", "bootstrap.servers", *ENGINE_OWNED}
     return {k: v for k, v in spec.client_config().items() if k not in owned}
-
-
-def replay_group(workload: str) -> str:
-    """The consumer group holding a workload's replay progress on its dead-letter topic."""
-    return f"lanehouse.{workload}.dlq-replay"
-
-
-@dataclass(frozen=True, slots=True)
-class ReplaySummary:
-    """What one :func:`replay_dead_letters` run did with the records it read."""
-
-    #: Republished and acknowledged by the broker.
-    replayed: int = 0
-    #: This workload's dead letters already replayed ``max_replays`` times: not republished.
-    exhausted: int = 0
-    #: Dead letters of other workloads sharing the topic.
-    skipped_other_workloads: int = 0
-    #: This workload's dead letters whose last failure is before ``since_ms``.
-    skipped_older: int = 0
-    #: Records whose ``lanehouse.*`` headers are missing or unreadable (each one is logged).
-    malformed: int = 0
-    #: The exhausted dead letters themselves, in the order read.
-    exhausted_entries: tuple[DeadLetterEntry, ...] = field(default=(), repr=False)
 
 
 def replay_dead_letters(
@@ -114,8 +103,7 @@ def replay_dead_letters(
     ``timeout`` seconds.
     """
     check_limit(limit)
-    if max_replays < 1:
-        raise ValueError(f"max_replays must be at least 1, got {max_replays}")
+    check_max_replays(max_replays)
     consumer = Consumer(consumer_config(bootstrap, replay_group(workload), client_config))
     failures: list[KafkaError] = []
 
@@ -133,7 +121,7 @@ def replay_dead_letters(
             "on_delivery": on_delivery,
         }
     )
-    tally = _Tally()
+    tally = ReplayTally(workload, dlq_topic, since_ms, max_replays, limit)
     try:
         # Asked of the producer: connecting it now overlaps its idempotent-producer set-up
         # (about 0.5 s) with the reading, instead of paying for it at the first flush.
@@ -146,30 +134,10 @@ def replay_dead_letters(
             positions: dict[int, int] = {}
             republished = 0
             for msg in batch:
-                if limit is not None and tally.handled + republished >= limit:
+                if tally.full(republished):
                     break
-                entry = read_entry(msg, dlq_topic)
-                if entry is None:
-                    tally.malformed += 1
-                elif entry.info.workload != workload:
-                    tally.skipped_other_workloads += 1
-                elif since_ms is not None and entry.info.last_failure_ms < since_ms:
-                    tally.skipped_older += 1
-                elif entry.info.replay_count >= max_replays:
-                    tally.exhausted.append(entry)
-                    log.info(  # the summary lists them too
-                        "dead letter %s[%d]@%d (from %s[%d]@%d) was replayed %d times already "
-                        "(max %d): not republished",
-                        dlq_topic,
-                        entry.partition,
-                        entry.offset,
-                        entry.info.source_topic,
-                        entry.info.source_partition,
-                        entry.info.source_offset,
-                        entry.info.replay_count,
-                        max_replays,
-                    )
-                else:
+                entry = tally.take(read_entry(msg, dlq_topic))
+                if entry is not None:
                     target = to_topic or entry.info.source_topic
                     _republish(producer, topics, bootstrap, target, entry)
                     republished += 1
@@ -179,36 +147,13 @@ def replay_dead_letters(
             _commit(consumer, dlq_topic, positions, replay_group(workload))
             if progress is not None:
                 progress(reader.scanned, reader.total())
-            if limit is not None and tally.handled >= limit:
+            if tally.full():
                 break
     finally:
         # Anything still queued was never committed: a rerun republishes it (at-least-once).
         producer.flush(min(timeout, 5.0))
         consumer.close()
     return tally.summary()
-
-
-@dataclass
-class _Tally:
-    replayed: int = 0
-    skipped_other_workloads: int = 0
-    skipped_older: int = 0
-    malformed: int = 0
-    exhausted: list[DeadLetterEntry] = field(default_factory=list)
-
-    @property
-    def handled(self) -> int:
-        return self.replayed + len(self.exhausted)
-
-    def summary(self) -> ReplaySummary:
-        return ReplaySummary(
-            replayed=self.replayed,
-            exhausted=len(self.exhausted),
-            skipped_other_workloads=self.skipped_other_workloads,
-            skipped_older=self.skipped_older,
-            malformed=self.malformed,
-            exhausted_entries=tuple(self.exhausted),
-        )
 
 
 def _republish(

@@ -1,5 +1,6 @@
-"""``lanehouse dead-letters list|replay``: a Kafka workload's dead letters, shown or
-republished to its source topic."""
+"""``lanehouse dead-letters list|replay``: a workload's dead letters, shown or republished to its
+source topic; Kafka or Pulsar, by the spec's source kind (pulsar-client is imported only for
+Pulsar workloads)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,14 @@ from rich.text import Text
 
 from consumers.config.sources import KafkaSourceSpec
 from consumers.config.spec import WorkloadSpec, load_specs
-from consumers.dead_letters.reading import list_dead_letters, parse_since
+from consumers.dead_letters.reading import list_dead_letters
 from consumers.dead_letters.replay import replay_client_config, replay_dead_letters
+from consumers.dead_letters.selection import (
+    DeadLetterEntry,
+    ProgressCallback,
+    ReplaySummary,
+    parse_since,
+)
 from consumers.errors import SpecError
 from orchestration.cli.params import topic_name
 from orchestration.cli.terminal import progress_bar
@@ -25,7 +32,7 @@ from orchestration.workloads.names import workloads_dir
 
 dead_letters_app = typer.Typer(
     name="dead-letters",
-    help="List a Kafka workload's dead letters, or replay them to its source topic.",
+    help="List a workload's dead letters (Kafka or Pulsar), or replay them to its source topic.",
     no_args_is_help=True,
 )
 _SpecsOption = Annotated[
@@ -50,11 +57,8 @@ _KEY_CHARS = 32
 _MESSAGE_CHARS = 60
 
 
-def _dead_letter_workload(
-    specs: Path | None, workload: str
-) -> tuple[WorkloadSpec, KafkaSourceSpec, str]:
-    """The workload's spec, its Kafka source and its dead-letter topic; exit 2 if it reads
-    Pulsar or has no dead-letter topic."""
+def _dead_letter_workload(specs: Path | None, workload: str) -> tuple[WorkloadSpec, str]:
+    """The workload's spec and its dead-letter topic; exit 2 if it has none."""
     specs = specs if specs is not None else workloads_dir()
     with exits_on(SpecError, code=2):
         loaded = load_specs([specs], import_handler=False)
@@ -64,20 +68,93 @@ def _dead_letter_workload(
         found = ", ".join(sorted(by_name)) or "no workloads"
         print_error(f"no workload named {workload!r} in {specs} (found: {found})")
         raise typer.Exit(2)
-    if not isinstance(spec.source, KafkaSourceSpec):
-        where = f" (they are in {spec.dead_letter.topic})" if spec.dead_letter else ""
-        print_error(
-            f"workload {workload!r} reads Pulsar: the dead-letters commands read Kafka "
-            f"dead-letter topics only; read its dead letters with Pulsar tools{where}"
-        )
-        raise typer.Exit(2)
     if spec.dead_letter is None:
         print_error(
             f"workload {workload!r} has no dead-letter topic: its spec sets no dead_letter "
             "(add `dead_letter: {topic: <name>}`)"
         )
         raise typer.Exit(2)
-    return spec, spec.source, spec.dead_letter.topic
+    return spec, spec.dead_letter.topic
+
+
+def _list(
+    spec: WorkloadSpec, topic: str, limit: int | None, since_ms: int | None
+) -> list[DeadLetterEntry]:
+    source = spec.source
+    if isinstance(source, KafkaSourceSpec):
+        return list_dead_letters(
+            source.bootstrap_servers,
+            topic,
+            spec.name,
+            limit=limit,
+            since_ms=since_ms,
+            client_config=replay_client_config(spec),
+        )
+    from consumers.dead_letters.pulsar_reading import list_pulsar_dead_letters
+
+    return list_pulsar_dead_letters(
+        source.service_url,
+        topic,
+        spec.name,
+        limit=limit,
+        since_ms=since_ms,
+        client_options=source.client_options(),
+    )
+
+
+def _replay(
+    spec: WorkloadSpec,
+    topic: str,
+    target: str | None,
+    limit: int | None,
+    since_ms: int | None,
+    max_replays: int,
+    progress: ProgressCallback,
+) -> ReplaySummary:
+    source = spec.source
+    if isinstance(source, KafkaSourceSpec):
+        return replay_dead_letters(
+            source.bootstrap_servers,
+            topic,
+            spec.name,
+            target,
+            limit=limit,
+            since_ms=since_ms,
+            max_replays=max_replays,
+            client_config=replay_client_config(spec),
+            progress=progress,
+        )
+    from consumers.dead_letters.pulsar_replay import replay_pulsar_dead_letters
+
+    return replay_pulsar_dead_letters(
+        source.service_url,
+        topic,
+        spec.name,
+        target,
+        limit=limit,
+        since_ms=since_ms,
+        max_replays=max_replays,
+        client_options=source.client_options(),
+        progress=progress,
+    )
+
+
+def _target(spec: WorkloadSpec, topic: str, to: str | None) -> str | None:
+    """Where replay republishes: ``--to`` (checked), else the one source topic, else ``None``
+    (each dead letter's own source topic)."""
+    source = spec.source
+    if to is not None:
+        if isinstance(source, KafkaSourceSpec):
+            topic_name(to, "'--to'")
+        else:
+            try:
+                to = source.topic_name(to)  # a Pulsar topic's full name
+            except ValueError as exc:
+                raise typer.BadParameter(str(exc), param_hint="'--to'") from exc
+        if to == topic:
+            raise typer.BadParameter(f"{to!r} is the dead-letter topic itself", param_hint="'--to'")
+        return to
+    return source.topics[0] if len(source.topics) == 1 else None
 
 
 def _since_ms(since: str | None) -> int | None:
@@ -119,17 +196,10 @@ def dead_letters_list(
     since: _SinceOption = None,
 ) -> None:
     """Show a workload's dead letters (the whole dead-letter topic is read; nothing is committed)."""
-    spec, source, topic = _dead_letter_workload(specs, workload)
+    spec, topic = _dead_letter_workload(specs, workload)
     since_ms = _since_ms(since)
     with exits_on():
-        entries = list_dead_letters(
-            source.bootstrap_servers,
-            topic,
-            workload,
-            limit=limit,
-            since_ms=since_ms,
-            client_config=replay_client_config(spec),
-        )
+        entries = _list(spec, topic, limit, since_ms)
     console = Console(highlight=False)
     if not entries:
         console.print(Text(f"no dead letters of workload {workload} in {topic}"))
@@ -145,7 +215,7 @@ def dead_letters_list(
     for entry in entries:
         info = entry.info
         table.add_row(
-            Text(f"[{entry.partition}]@{entry.offset}"),
+            Text(entry.position),
             Text(_show_key(entry.key)),
             Text(f"{info.source_topic}[{info.source_partition}]@{info.source_offset}"),
             Text(str(info.attempts)),
@@ -183,15 +253,11 @@ def dead_letters_replay(
 ) -> None:
     """Republish a workload's dead letters that no earlier replay handled.
 
-    Progress is kept in the consumer group lanehouse.<workload>.dlq-replay, so a second run republishes nothing twice. Dead letters passed over (older than --since, already replayed --max-replays times, other workloads') are not looked at again by later replays; `list` still shows them.
+    Progress is kept in the consumer group (Kafka) or durable subscription (Pulsar) lanehouse.<workload>.dlq-replay, so a second run republishes nothing twice. Dead letters passed over (older than --since, already replayed --max-replays times, other workloads') are not looked at again by later replays; `list` still shows them.
     """
-    spec, source, topic = _dead_letter_workload(specs, workload)
+    spec, topic = _dead_letter_workload(specs, workload)
     since_ms = _since_ms(since)
-    if to is not None:
-        topic_name(to, "'--to'")
-        if to == topic:
-            raise typer.BadParameter(f"{to!r} is the dead-letter topic itself", param_hint="'--to'")
-    target = to if to is not None else (source.topics[0] if len(source.topics) == 1 else None)
+    target = _target(spec, topic, to)
     progress = progress_bar(transient=True)
     with exits_on(), progress:  # the bar stops before the error line
         task = progress.add_task(escape(f"replay {topic}"), total=None)
@@ -199,17 +265,7 @@ def dead_letters_replay(
         def report(scanned: int, total: int | None) -> None:
             progress.update(task, completed=scanned, total=total)
 
-        summary = replay_dead_letters(
-            source.bootstrap_servers,
-            topic,
-            workload,
-            target,
-            limit=limit,
-            since_ms=since_ms,
-            max_replays=max_replays,
-            client_config=replay_client_config(spec),
-            progress=report,
-        )
+        summary = _replay(spec, topic, target, limit, since_ms, max_replays, report)
     where = target if target is not None else "each dead letter's source topic"
     print(f"replayed {summary.replayed} dead letters of {workload} from {topic} to {where}")
     if summary.exhausted:
@@ -220,7 +276,7 @@ def dead_letters_replay(
         for entry in summary.exhausted_entries:
             info = entry.info
             print(
-                f"  [{entry.partition}]@{entry.offset} from "
+                f"  {entry.position} from "
                 f"{info.source_topic}[{info.source_partition}]@{info.source_offset} "
                 f"replays {info.replay_count}: {info.error_type}: "
                 f"{_shorten(info.error_message, _MESSAGE_CHARS)}"

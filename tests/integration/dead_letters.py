@@ -1,4 +1,5 @@
-"""Dead letters for tests: write them as the engine does, read a topic back, a spec naming one."""
+"""Dead letters for tests: write them as the engine does (to Kafka or Pulsar), read a topic back,
+a spec naming one."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import pulsar
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
-from consumers.dead_letters.headers import encode_dead_letter_headers
+from consumers.dead_letters.headers import Headers, encode_dead_letter_headers
+from consumers.dev.embedded.pulsar import PULSAR_TEST_CLIENT_KWARGS
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG
 
 CLIENT = dict(TEST_CLIENT_CONFIG)
@@ -45,22 +48,43 @@ def write(bootstrap: str, dlq: str, letters: list[Dead], raw: tuple[bytes, ...] 
         }
     )
     for d in letters:
-        headers = encode_dead_letter_headers(
-            list(d.headers),
-            workload=d.workload,
-            source_topic=d.source_topic,
-            source_partition=d.source_partition,
-            source_offset=d.source_offset,
-            attempts=3,
-            error_type="ValueError",
-            error_message=f"bad record {d.key!r}",
-            first_failure_ms=d.last_failure_ms - 1000,
-            last_failure_ms=d.last_failure_ms,
-        )
-        producer.produce(dlq, d.value, d.key, partition=d.dlq_partition, headers=headers)
+        producer.produce(dlq, d.value, d.key, partition=d.dlq_partition, headers=headers_of(d))
     for value in raw:
         producer.produce(dlq, value, b"raw", partition=0)
     assert producer.flush(10) == 0 and not failures, failures
+
+
+def write_pulsar(url: str, dlq: str, letters: list[Dead], raw: tuple[bytes, ...] = ()) -> None:
+    """:func:`write` for a Pulsar topic: headers as properties, one message per entry (no
+    producer batching), raw records after the dead letters."""
+    client = pulsar.Client(url, **PULSAR_TEST_CLIENT_KWARGS)
+    try:
+        producer = client.create_producer(dlq, batching_enabled=False)
+        for d in letters:
+            properties = {name: value.decode() for name, value in headers_of(d)}
+            key = d.key.decode() if d.key else None
+            producer.send(d.value or b"", properties=properties, partition_key=key)
+        for value in raw:
+            producer.send(value, partition_key="raw")
+        producer.close()
+    finally:
+        client.close()
+
+
+def headers_of(d: Dead) -> Headers:
+    """The headers the engine gives the dead letter ``d`` (3 attempts, a ``ValueError``)."""
+    return encode_dead_letter_headers(
+        list(d.headers),
+        workload=d.workload,
+        source_topic=d.source_topic,
+        source_partition=d.source_partition,
+        source_offset=d.source_offset,
+        attempts=3,
+        error_type="ValueError",
+        error_message=f"bad record {d.key!r}",
+        first_failure_ms=d.last_failure_ms - 1000,
+        last_failure_ms=d.last_failure_ms,
+    )
 
 
 def read_all(bootstrap: str, topic: str, partitions: int) -> list[tuple[Any, ...]]:

@@ -101,20 +101,27 @@ def test_bad_shop_arguments_are_usage_errors(args: list[str], message: str) -> N
     assert message in result.output
 
 
-def test_dead_letter_commands_refuse_a_pulsar_workload(tmp_path: Path) -> None:
-    (tmp_path / "orders.yaml").write_text(
-        "name: orders\n"
-        "source: {kind: pulsar, service_url: 'pulsar://127.0.0.1:1', topics: [orders]}\n"
+def test_dead_letter_commands_check_a_pulsar_workload_before_any_client(tmp_path: Path) -> None:
+    """Refused before any client exists (the service URL is unreachable on purpose)."""
+    spec = (
+        "name: {name}\n"
+        "source: {{kind: pulsar, service_url: 'pulsar://127.0.0.1:1', topics: [orders]}}\n"
         "handler: consumers.dev.examples:enrich\n"
-        "dead_letter: {topic: orders.dlq}\n"
     )
-    for command in ("list", "replay"):
+    (tmp_path / "orders.yaml").write_text(
+        spec.format(name="orders") + "dead_letter: {topic: orders.dlq}\n"
+    )
+    (tmp_path / "plain.yaml").write_text(spec.format(name="plain"))
+    for args, message in [
+        (["list", "plain"], "workload 'plain' has no dead-letter topic"),
+        (["replay", "orders", "--to", "orders.dlq"], "is the dead-letter topic itself"),
+        (["replay", "orders", "--to", "a/b"], "'--to'"),
+    ]:
         result = CliRunner().invoke(
-            app, ["dead-letters", command, "orders", "--specs", str(tmp_path)], env=WIDE
+            app, ["dead-letters", *args, "--specs", str(tmp_path)], env=WIDE
         )
-        assert result.exit_code == 2, result.output
-        assert "workload 'orders' reads Pulsar" in result.output
-        assert "persistent://public/default/orders.dlq" in result.output
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.output, (args, result.output)
         assert "Traceback" not in result.output
 
 
