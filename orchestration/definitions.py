@@ -66,6 +66,7 @@ def build_definitions(directory: Path) -> Definitions:
     from orchestration.workloads.discovery import workload_discovery_sensor
     from orchestration.workloads.job import consumer_job
     from orchestration.workloads.replay_job import dead_letter_replay_schedule, replay_job
+    from orchestration.workloads.rewind_job import rewind_job
 
     specs = read_registry(directory).specs() if directory.is_dir() else []
     landed = landed_assets(specs)
@@ -78,7 +79,7 @@ def build_definitions(directory: Path) -> Definitions:
     return Definitions(
         assets=[*topic_assets(specs), *landed, *spark_assets()],
         asset_checks=freshness,
-        jobs=[consumer_job, replay_job, SPARK_JOB],
+        jobs=[consumer_job, replay_job, rewind_job, SPARK_JOB],
         schedules=[dead_letter_replay_schedule, *SCHEDULES],
         sensors=[
             workload_discovery_sensor,

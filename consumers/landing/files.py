@@ -47,6 +47,7 @@ __all__ = [
     "landed_arrow_schema",
     "landed_path",
     "pack_pulsar_position",
+    "trim_from",
     "write_landed",
 ]
 
@@ -166,7 +167,6 @@ def write_landed(
     if not rows:
         raise ValueError("write_landed: no rows")
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     count = len(rows)
     table = pa.table(
@@ -186,6 +186,12 @@ def write_landed(
         },
         schema=landed_arrow_schema(),
     )
+    _write_atomically(path, table)
+
+
+def _write_atomically(path: Path, table: pa.Table) -> None:
+    import pyarrow.parquet as pq
+
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")
     with temporary.open("wb") as sink:
@@ -224,6 +230,36 @@ def clear_from(
             path.unlink(missing_ok=True)
             removed += 1
     return removed
+
+
+def trim_from(
+    lake: Path, dataset: str, source: SourceIdentity, partition: int, position: int
+) -> int:
+    """Cut the partition's landed files back to the offsets before ``position``; return how many
+    files changed.
+
+    A rewind sets a group's position anywhere, also inside a landed file: the file keeps its
+    records before the position (rewritten atomically under its own name) and the engine lands
+    the rest again when it re-reads from there (:func:`clear_from` removes whole files past it).
+    """
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    root = lake / "landed" / dataset
+    if not root.is_dir():
+        return 0
+    pattern = re.compile(re.escape(f"{source.file_prefix()}-p{partition}-o") + r"(\d+)\.parquet")
+    changed = 0
+    for path in root.glob(f"event_date=*/{source.file_prefix()}-p{partition}-o*.parquet"):
+        match = pattern.fullmatch(path.name)
+        if match is None or int(match.group(1)) >= position:
+            continue
+        table = pq.read_table(path)
+        kept = table.filter(pc.less(table["_offset"], position))
+        if kept.num_rows < table.num_rows:
+            _write_atomically(path, kept)
+            changed += 1
+    return changed
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -16,6 +16,8 @@ Commands:
                                                                                  (backfill.py)
     workloads list|status      workloads with their consumer runs and the engine's progress
                                                                                  (workloads.py)
+    workloads rewind           move a workload's group or subscription to a point in time
+                                                                                 (rewind.py)
     permits status             shared permit pools: holders, leases, demand and waits
                                                                                  (permits.py)
     dead-letters list|replay   show a (Kafka) workload's dead letters, or republish them
@@ -32,7 +34,8 @@ at module level the CLI imports only ``consumers``, :mod:`orchestration.console`
 :mod:`orchestration.workloads.names`, none of which imports Dagster. The rooms that do
 (:mod:`orchestration.lake`, :mod:`orchestration.demo.runner`, the rest of
 :mod:`orchestration.workloads`, ``dagster`` itself) are imported only inside the commands that
-need them: ``demo`` (platform.py), ``backfill`` (backfill.py) and ``workloads`` (workloads.py).
+need them: ``demo`` (platform.py), ``backfill`` (backfill.py) and ``workloads`` (workloads.py,
+rewind.py).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from orchestration.cli.consume import consume, validate
 from orchestration.cli.dead_letters import dead_letters_app
 from orchestration.cli.permits import permits_app
 from orchestration.cli.platform import demo, up
+from orchestration.cli.rewind import workloads_rewind
 from orchestration.cli.workloads import workloads_app
 
 app = typer.Typer(
@@ -61,4 +65,4 @@ app.add_typer(workloads_app)
 app.add_typer(permits_app)
 app.add_typer(dead_letters_app)
 
-__all__ = ["app"]
+__all__ = ["app", "workloads_rewind"]

@@ -34,7 +34,7 @@ workloads_app = typer.Typer(
     no_args_is_help=True,
 )
 
-_SpecsOption = Annotated[
+SpecsOption = Annotated[
     Path | None,
     typer.Option(
         "--specs",
@@ -43,7 +43,7 @@ _SpecsOption = Annotated[
         help="Directory of workload specs (default $LANEHOUSE_WORKLOADS or workloads/).",
     ),
 ]
-_StateOption = Annotated[
+StateOption = Annotated[
     Path | None,
     typer.Option(
         file_okay=False,
@@ -55,14 +55,18 @@ _StateOption = Annotated[
 _JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
+def instance_home(state_dir: Path | None) -> Path:
+    """Where the instance ``lanehouse up`` runs on lives (it may not exist)."""
+    if state_dir is None and os.environ.get("DAGSTER_HOME"):
+        return Path(os.environ["DAGSTER_HOME"])
+    return default_state_dir(state_dir) / "dagster"
+
+
 def _instance(state_dir: Path | None) -> DagsterInstance:
     """The instance ``lanehouse up`` runs on; exit 2 with a hint when there is none."""
     from dagster import DagsterInstance
 
-    if state_dir is None and os.environ.get("DAGSTER_HOME"):
-        home = Path(os.environ["DAGSTER_HOME"])
-    else:
-        home = default_state_dir(state_dir) / "dagster"
+    home = instance_home(state_dir)
     if not (home / "dagster.yaml").is_file():
         print_error(
             f"no Dagster instance at {home} (no dagster.yaml): start the platform "
@@ -123,7 +127,7 @@ def _dump(statuses: list[WorkloadStatus], sensor: str | None) -> None:
 
 @workloads_app.command("list")
 def workloads_list(
-    state_dir: _StateOption = None, specs: _SpecsOption = None, as_json: _JsonOption = False
+    state_dir: StateOption = None, specs: SpecsOption = None, as_json: _JsonOption = False
 ) -> None:
     """One line per workload: phase, current run, throughput and lag as last reported."""
     statuses, sensor = _collect(state_dir, specs, None)
@@ -161,8 +165,8 @@ def workloads_list(
 @workloads_app.command("status")
 def workloads_status(
     name: Annotated[str, typer.Argument(help="Workload name (its spec's `name`).")],
-    state_dir: _StateOption = None,
-    specs: _SpecsOption = None,
+    state_dir: StateOption = None,
+    specs: SpecsOption = None,
     as_json: _JsonOption = False,
 ) -> None:
     """One workload in detail: spec, phase, recent runs, and per-topic progress."""

@@ -132,7 +132,7 @@ CRASH_LOOP_TAG = "lanehouse/crash_loop"
 FINISHED = frozenset(
     {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
 )
-StopReason = Literal["removed", "disabled", "spec_changed", "superseded"]
+StopReason = Literal["removed", "disabled", "spec_changed", "superseded", "rewind"]
 
 
 @dataclass(frozen=True)

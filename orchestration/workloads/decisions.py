@@ -3,7 +3,8 @@
     decide(registry, state, runs, partitions, now, policy) -> Decision
 
 Inputs: the workload registry, the cursor state, the consumer job's runs seen this tick, the
-existing ``workloads`` partitions and the time (sensor clock, epoch seconds). Outputs: runs to
+existing ``workloads`` partitions, the time (sensor clock, epoch seconds) and the workloads
+whose rewind runs. Outputs: runs to
 launch and to stop, partitions to add and delete, the next state and messages for the tick. It
 calls nothing; :mod:`orchestration.workloads.discovery` does the Dagster calls.
 
@@ -27,7 +28,7 @@ Per workload, in order (:class:`orchestration.workloads.steps.WorkloadStep`):
 5. **Stop** unfinished runs of removed or disabled workloads, of an older spec, and older
    duplicates. A ``CANCELING`` run is never signalled again and still counts as active.
 6. **Launch** when no run is active, the spec is valid and enabled, no launch is pending, no
-   person stopped it and the backoff has passed. Generation ``n + 1`` gets run key
+   person stopped it, no rewind of it runs (``rewinding``) and the backoff has passed. Generation ``n + 1`` gets run key
    ``name:hash:n+1``: Dagster never reuses a run key, so every launch needs a new one.
 
 A workload whose file turns invalid is *held*: its run keeps going on the last valid spec, nothing
@@ -85,6 +86,7 @@ def decide(
     partitions: Iterable[str],
     now: float,
     policy: RestartPolicy | None = None,
+    rewinding: frozenset[str] = frozenset(),
 ) -> Decision:
     policy = policy or RestartPolicy()
     by_name: dict[str, dict[str, RunInfo]] = {}
@@ -108,7 +110,7 @@ def decide(
             ws = WorkloadState(generation=retired.pop(name, 0))
         runs_of = sorted(by_name.get(name, {}).values(), key=lambda r: r.storage_id)
         entry = registry.workloads.get(name)
-        step = WorkloadStep(name, entry, held.get(name), ws, policy, now, out)
+        step = WorkloadStep(name, entry, held.get(name), ws, policy, now, out, name in rewinding)
         new = step.run(runs_of)
         if not step.gone:
             workloads[name] = new

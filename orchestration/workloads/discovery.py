@@ -9,7 +9,8 @@ and applies its outputs.
 What an operator sees:
 
 * **The tick.** When nothing is launched, the skip reason is one summary line: workloads by
-  phase (running, starting, stopping, waiting to restart, stopped by a person, disabled, held),
+  phase (running, starting, stopping, waiting to restart, stopped by a person, rewinding,
+  disabled, held),
   ``CRASH-LOOPING: <names>`` and the number of invalid spec files. Every tick logs its decisions,
   each invalid file (file, field, reason) as an error and each crash-looping workload as a
   warning (the tick's "View logs" in the UI).
@@ -68,6 +69,7 @@ from orchestration.workloads.names import (
     GENERATION_TAG,
     PARENT_RUN_TAG,
     PARTITION_TAG,
+    REWIND_JOB_NAME,
     SPEC_HASH_TAG,
     STOP_REASON_TAG,
     WORKLOAD_PARTITIONS_NAME,
@@ -77,14 +79,22 @@ from orchestration.workloads.names import (
 from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
 from orchestration.workloads.registry import SpecCache, read_registry
 
-__all__ = ["build_discovery_sensor", "collect_runs", "run_info", "workload_discovery_sensor"]
+__all__ = [
+    "UNFINISHED",
+    "build_discovery_sensor",
+    "collect_runs",
+    "rewinding",
+    "run_info",
+    "stop_run",
+    "workload_discovery_sensor",
+]
 
 #: Run changes are re-read with this overlap, for writers whose clocks or commits lag.
 WATERMARK_OVERLAP = 60.0
 #: Without a watermark (first tick, cursor reset) this many recent runs stand for the history.
 HISTORY_LIMIT = 1000
 
-_UNFINISHED = [status for status in DagsterRunStatus if status not in FINISHED]
+UNFINISHED = [status for status in DagsterRunStatus if status not in FINISHED]
 _LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
@@ -133,11 +143,11 @@ def _evaluate(
     state = DiscoveryState.from_cursor(context.cursor)
     runs, watermark = collect_runs(instance, state)
     partitions = instance.get_dynamic_partitions(WORKLOAD_PARTITIONS_NAME)
-    decision = decide(registry, state, runs, partitions, now, policy)
+    decision = decide(registry, state, runs, partitions, now, policy, rewinding(instance))
     for abandon in decision.abandons:
         _abandon(instance, context.log, abandon)
     for cancel in decision.cancels:
-        _stop(instance, context.log, cancel)
+        stop_run(instance, context.log, cancel)
     for message in decision.messages:
         context.log.log(_LEVELS[message.level], message.text)
     context.log.info(decision.summary)
@@ -181,9 +191,7 @@ def collect_runs(
             if known is None or record.update_timestamp >= known.update_timestamp:
                 records[record.dagster_run.run_id] = record
 
-    add(
-        list(instance.get_run_records(RunsFilter(job_name=CONSUMER_JOB_NAME, statuses=_UNFINISHED)))
-    )
+    add(list(instance.get_run_records(RunsFilter(job_name=CONSUMER_JOB_NAME, statuses=UNFINISHED))))
     if state.watermark is None:
         recent = RunsFilter(job_name=CONSUMER_JOB_NAME)
         add(list(instance.get_run_records(recent, limit=HISTORY_LIMIT)))
@@ -204,6 +212,12 @@ def collect_runs(
         for run in runs
     ]
     return runs, max(stamps, default=None)
+
+
+def rewinding(instance: DagsterInstance) -> frozenset[str]:
+    """Workloads with an unfinished rewind run: their consumer runs wait until it ends."""
+    runs = instance.get_runs(RunsFilter(job_name=REWIND_JOB_NAME, statuses=UNFINISHED))
+    return frozenset(run.tags.get(PARTITION_TAG, "") for run in runs) - {""}
 
 
 def run_info(record: RunRecord) -> RunInfo | None:
@@ -249,7 +263,7 @@ def _abandon(instance: DagsterInstance, log: logging.Logger, abandon: Abandon) -
         log.error(f"{abandon.workload}: could not mark run {abandon.run_id} ended: {exc!r}")
 
 
-def _stop(instance: DagsterInstance, log: logging.Logger, cancel: Cancel) -> None:
+def stop_run(instance: DagsterInstance, log: logging.Logger, cancel: Cancel) -> None:
     """Tag the run with why, then ask Dagster to terminate it (one SIGINT to the run)."""
     what = f"{cancel.workload}: run {cancel.run_id} ({cancel.reason})"
     try:

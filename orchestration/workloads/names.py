@@ -22,6 +22,12 @@ SourceKind = Literal["kafka", "pulsar"]
 WORKLOAD_PARTITIONS_NAME: Final = "workloads"
 #: The job that runs one workload (partition key = workload name) until it is stopped.
 CONSUMER_JOB_NAME: Final = "consume_workload"
+#: The job that rewinds one workload (partition key) to a point in time; while one runs, the
+#: discovery sensor launches no consumer run of that workload.
+REWIND_JOB_NAME: Final = "rewind_workload"
+#: Set on the consumer runs a rewind stopped (the sensor starts them again) and on the rewind
+#: run itself: the target, e.g. ``2026-11-25T08:00:00.000Z``.
+REWIND_TAG: Final = "lanehouse/rewind"
 #: The sensor that registers workloads and starts, restarts and stops their runs.
 DISCOVERY_SENSOR_NAME: Final = "workload_discovery"
 

@@ -76,8 +76,11 @@ class WorkloadStep:
         policy: RestartPolicy,
         now: float,
         out: TickOutput,
+        rewinding: bool = False,
     ) -> None:
         self.name, self.entry, self.held, self.ws = name, entry, held, ws
+        #: A rewind of this workload runs: nothing is launched until it ends.
+        self.rewinding = rewinding
         self.policy, self.now, self.out = policy, now, out
         self.generation, self.pending, self.pending_since = (
             ws.generation,
@@ -280,6 +283,8 @@ class WorkloadStep:
             return "starting"
         if self.stopped:
             return "stopped by a person"
+        if self.rewinding:
+            return "rewinding"
         if self.next_start is not None and now < self.next_start:
             return "waiting to restart"
         self.generation += 1

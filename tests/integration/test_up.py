@@ -6,17 +6,51 @@ declared dead by their silent heartbeats and their workloads start again."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import wait_until
-from tests.integration.platform_up import WORKLOADS, Up
+from tests.integration.platform_up import REPO, WORKLOADS, Up
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 
 HEARTBEAT_TIMEOUT = 20
+
+
+def rewind_clickstream(up: Up, running: str) -> str:
+    """``lanehouse workloads rewind`` under Dagster: the consumer run drains and ends CANCELED
+    with the reason, the rewind is a run of its own, the sensor starts a new consumer run.
+    Returns the new run's id."""
+    _, kafka, pulsar = up.ports
+    command = [sys.executable, "-m", "orchestration.cli", "workloads", "rewind", "clickstream"]
+    command += ["--to", "earliest", "--state-dir", str(up.state)]
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP": f"127.0.0.1:{kafka}",
+        "PULSAR_URL": f"pulsar://127.0.0.1:{pulsar}",
+    }
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "rewound kafka group lanehouse.clickstream to earliest" in done.stdout, done.stdout
+    runs = {run["runId"]: run for run in up.runs()}
+    assert runs[running]["status"] == "CANCELED", runs[running]
+    assert runs[running]["tags"]["lanehouse/stop_reason"] == "rewind"
+    [rewind] = [
+        r for r in runs.values() if r["tags"].get("lanehouse/rewind") and r["runId"] != running
+    ]
+    assert (rewind["status"], rewind["tags"]["dagster/partition"]) == ("SUCCESS", "clickstream")
+    wait_until(
+        lambda: up.started().get("clickstream") not in (None, running),
+        timeout=120,
+        interval=1,
+        message=f"the sensor starts clickstream again after the rewind\n{up.log()}",
+    )
+    return up.started()["clickstream"]
 
 
 def test_up_runs_every_workload_and_sigterm_stops_runs_first(tmp_path: Path) -> None:
@@ -44,6 +78,7 @@ def test_up_runs_every_workload_and_sigterm_stops_runs_first(tmp_path: Path) -> 
             assert 0 <= workload["heartbeat_age"] < 60, workload
             assert [p["topic"] for p in workload["progress"]] == workload["topics"]
             assert sum(p["records_completed"] for p in workload["progress"]) > 0, workload
+        first["clickstream"] = rewind_clickstream(up, first["clickstream"])
         up.stop(proc)
     log = up.log()
     assert log.index("terminating 2 consumer run(s)") < log.index("dagster dev stopped")

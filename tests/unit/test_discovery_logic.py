@@ -67,12 +67,12 @@ class World:
         self._ids = itertools.count(1)
         self._beats = itertools.count(1)
 
-    def tick(self, reg: Registry) -> Decision:
+    def tick(self, reg: Registry, rewinding: frozenset[str] = frozenset()) -> Decision:
         for run in list(self.runs.values()):
             if run.status in (S.STARTED, S.CANCELING) and run.run_id not in self.dead:
                 self.runs[run.run_id] = replace(run, heartbeat=str(next(self._beats)))
         decision = decide(
-            reg, self.state, self.runs.values(), self.partitions, self.now, self.policy
+            reg, self.state, self.runs.values(), self.partitions, self.now, self.policy, rewinding
         )
         self.state = DiscoveryState.from_cursor(decision.state.to_cursor())  # round trip
         self.partitions |= set(decision.add_partitions)
@@ -332,6 +332,20 @@ def test_runs_the_platform_stopped_start_again() -> None:
     world.start_all()
     world.set(world.latest("orders").run_id, S.CANCELED, stop_reason="platform")
     assert [launch.generation for launch in world.tick(reg).launches] == [2]
+
+
+def test_a_run_a_rewind_stopped_waits_for_the_rewind_then_starts_again() -> None:
+    world, reg = World(), registry(workload("orders"), workload("billing"))
+    world.tick(reg)
+    world.start_all()
+    world.set(world.latest("orders").run_id, S.CANCELED, stop_reason="rewind")
+    rewinding = frozenset({"orders"})
+    for _ in range(3):
+        decision = world.tick(reg, rewinding)
+        assert decision.launches == ()
+        assert "1 rewinding" in decision.summary
+    assert [launch.generation for launch in world.tick(reg).launches] == [2]
+    assert world.latest("billing").status == S.STARTED  # the other workload never stopped
 
 
 def silence(world: World, reg: Registry, run_id: str) -> Decision:

@@ -87,6 +87,7 @@ FORBIDDEN = {
     "consumers.permits": ("consumers.engine", "consumers.service"),
     "consumers.landing": ("consumers.engine", "consumers.service", "consumers.backends"),
     "consumers.record": ("consumers.engine",),
+    "consumers.rewind": ("consumers.engine", "consumers.execution", "consumers.service"),
 }
 
 

@@ -1,0 +1,188 @@
+"""``lanehouse workloads rewind`` on real brokers: Kafka positions by time with the lake kept
+exact, Pulsar subscriptions recreated, and bad input refused with nothing changed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pulsar
+import pytest
+import yaml
+from confluent_kafka import Consumer
+
+from consumers.backends.kafka import committed_offsets
+from consumers.config.spec import WorkloadSpec
+from consumers.dev.embedded.pulsar import PulsarLiteBroker, validate_pulsar_topic
+from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
+from consumers.record import Record
+from consumers.rewind.apply import rewind_workload
+from consumers.rewind.plan import RewindRefused
+from consumers.rewind.target import parse_target
+from consumers.service.launch import build_app
+from tests.landing import landed, produce_days
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+#: Values the handler saw, in the order it saw them (the engine runs in this process).
+HANDLED: list[int] = []
+
+
+async def remember(record: Record) -> None:
+    HANDLED.append(int(record.value or b"-1"))
+
+
+def kafka_spec(broker: TansuBroker, topic: str) -> dict[str, object]:
+    return {
+        "name": "rewound",
+        "handler": "tests.integration.test_rewind:remember",
+        "source": {
+            "kind": "kafka",
+            "bootstrap_servers": broker.bootstrap,
+            "topics": [topic],
+            "config": dict(TEST_CLIENT_CONFIG),
+        },
+        "landing": {"dataset": "events", "flush_rows": 1500, "flush_interval": "300ms"},
+        "commit_interval": "50ms",
+    }
+
+
+def cli(*args: str, specs: Path, state: Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "orchestration.cli", "workloads", "rewind", *args]
+    command += ["--specs", str(specs), "--state-dir", str(state)]
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+async def test_kafka_rewind_by_time_handles_from_there_again_and_keeps_the_lake_exact(
+    kafka_broker: TansuBroker, topic_factory, tmp_path: Path
+) -> None:
+    topic, count = topic_factory(2), 10_000
+    stamps = produce_days(kafka_broker.bootstrap, topic, count, 2)
+    specs, state = tmp_path / "workloads", tmp_path / "state"
+    specs.mkdir()
+    (specs / "rewound.yaml").write_text(yaml.safe_dump(kafka_spec(kafka_broker, topic)))
+    spec = WorkloadSpec.model_validate(kafka_spec(kafka_broker, topic))
+    lake = state / "lake"
+    HANDLED.clear()
+    await build_app([spec], lake=lake).run(until_idle=1.0)
+    assert sorted(HANDLED) == list(range(count))
+
+    # Halfway between record 4,000's and 4,001's timestamps, as an operator would type it.
+    middle = (stamps[4000] + stamps[4001]) / 2000
+    moment = datetime.fromtimestamp(middle, tz=UTC).isoformat()
+    dry = cli(rewound := "rewound", "--to", moment, "--dry-run", specs=specs, state=state)
+    assert dry.returncode == 0, dry.stderr
+    assert f"would rewind kafka group lanehouse.{rewound}" in dry.stdout
+    assert "total: 5999 records handled again" in dry.stdout, dry.stdout
+    assert committed_offsets(kafka_broker.bootstrap, spec.source.group, topic, 2) == {
+        0: 5000,
+        1: 5000,
+    }  # a dry run changes nothing
+
+    done = cli(rewound, "--to", moment, specs=specs, state=state)
+    assert done.returncode == 0, done.stderr
+    # Record i sits in partition i % 2 at offset i // 2: 4,001 is [1]@2000, 4,002 is [0]@2001.
+    assert f"{topic}[0]: 5000 -> 2001, 2999 handled again" in done.stdout, done.stdout
+    assert f"{topic}[1]: 5000 -> 2000, 3000 handled again" in done.stdout, done.stdout
+
+    HANDLED.clear()
+    await build_app([spec], lake=lake).run(until_idle=1.0)
+    assert sorted(HANDLED) == list(range(4001, count))  # from 4,001 on, none before
+    rows = landed(lake)
+    positions = Counter((r["_partition"], r["_offset"]) for r in rows)
+    assert len(positions) == count and set(positions.values()) == {1}  # each offset once
+    assert sorted(int(r["value"]) for r in rows) == list(range(count))  # type: ignore[call-overload]
+    assert committed_offsets(kafka_broker.bootstrap, spec.source.group, topic, 2) == {
+        0: 5000,
+        1: 5000,
+    }
+
+
+def test_bad_input_is_refused_and_changes_nothing(
+    kafka_broker: TansuBroker, topic_factory, tmp_path: Path
+) -> None:
+    topic = topic_factory(2)
+    produce_days(kafka_broker.bootstrap, topic, 100, 2)
+    specs, state = tmp_path / "workloads", tmp_path / "state"
+    specs.mkdir()
+    (specs / "rewound.yaml").write_text(yaml.safe_dump(kafka_spec(kafka_broker, topic)))
+    spec = WorkloadSpec.model_validate(kafka_spec(kafka_broker, topic))
+
+    unknown = cli("nobody", "--to", "earliest", specs=specs, state=state)
+    assert unknown.returncode == 2 and "no workload named 'nobody'" in unknown.stderr
+    future = cli("rewound", "--to", "2999-01-01T00:00:00Z", specs=specs, state=state)
+    assert future.returncode == 2 and "is in the future" in future.stderr
+    garbled = cli("rewound", "--to", "yesterday-ish", specs=specs, state=state)
+    assert garbled.returncode == 2 and "cannot read 'yesterday-ish'" in garbled.stderr
+    missing = cli("rewound", "--to", "earliest", "--partitions", "0,7", specs=specs, state=state)
+    assert missing.returncode == 1 and "no partition 7" in missing.stderr, missing.stderr
+
+    member = Consumer(
+        {
+            **TEST_CLIENT_CONFIG,
+            "bootstrap.servers": kafka_broker.bootstrap,
+            "group.id": spec.source.group,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    member.subscribe([topic])
+    seen = 0
+    while seen < 100:
+        seen += sum(1 for m in member.consume(100, 0.5) if m.error() is None)
+    member.commit(asynchronous=False)
+    try:
+        with pytest.raises(RewindRefused, match="has live members"):
+            rewind_workload(spec, parse_target("earliest"))
+        live = cli("rewound", "--to", "earliest", specs=specs, state=state)
+        assert live.returncode == 1 and "has live members" in live.stderr
+    finally:
+        member.close()
+    assert committed_offsets(kafka_broker.bootstrap, spec.source.group, topic, 2) == {0: 50, 1: 50}
+
+
+def test_pulsar_rewind_to_earliest_delivers_everything_again(
+    pulsar_broker: PulsarLiteBroker, tmp_path: Path
+) -> None:
+    topic = validate_pulsar_topic(f"rewind-{tmp_path.name}")
+    spec = WorkloadSpec.model_validate(
+        {
+            "name": "rewound",
+            "handler": "tests.integration.test_rewind:remember",
+            "source": {"kind": "pulsar", "service_url": pulsar_broker.url, "topics": [topic]},
+        }
+    )
+    client = pulsar.Client(pulsar_broker.url)
+    try:
+        producer = client.create_producer(topic)
+        for i in range(50):
+            producer.send(str(i).encode())
+        consumer = client.subscribe(
+            topic,
+            spec.source.subscription,  # type: ignore[union-attr]
+            consumer_type=pulsar.ConsumerType.Shared,
+            initial_position=pulsar.InitialPosition.Earliest,
+        )
+        for _ in range(50):
+            consumer.acknowledge(consumer.receive(5000))
+        consumer.close()
+
+        plan = rewind_workload(spec, parse_target("earliest"))
+        assert [(m.committed, m.new, m.again) for m in plan.moves] == [(0, 50, 50)]
+        again = client.subscribe(
+            topic,
+            spec.source.subscription,
+            consumer_type=pulsar.ConsumerType.Shared,  # type: ignore[union-attr]
+        )
+        values = []
+        for _ in range(50):
+            message = again.receive(5000)
+            values.append(int(message.data()))
+            again.acknowledge(message)
+        assert sorted(values) == list(range(50))
+        again.close()
+    finally:
+        client.close()
