@@ -11,8 +11,8 @@ nothing, so the rewind works the same on every broker instead:
 4. the hold subscription is deleted.
 
 Counting reads the topic's retained messages once (no admin API is needed). Landed files are
-left alone: messages delivered again are landed again under new names and counted as duplicates
-by the clean tables (docs/lake.md).
+left alone: messages delivered again land again, and the clean tables deduplicate them by their
+lineage key (docs/lake.md).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
       ─► stop the workload's consumer runs (tagged ``lanehouse/stop_reason=rewind``; they drain
          and commit) and wait until they ended and the group has no member
       ─► consumers.rewind: new positions written, landed files cut back to them
-      ─► the plan as the run's output metadata and ``lanehouse/rewind`` tag
+      ─► the plan as the run's output metadata and ``lanehouse/rewind`` tag; an observation of
+     each source topic's asset (target, workload, records handled again)
       ─► the run ends; the discovery sensor, which launches nothing for a workload while its
          rewind runs, starts the consumer run again
 
@@ -18,6 +19,8 @@ import logging
 import time
 
 from dagster import (
+    AssetKey,
+    AssetObservation,
     Config,
     DagsterInstance,
     Failure,
@@ -46,6 +49,7 @@ from orchestration.workloads.names import (
     PARTITION_TAG,
     REWIND_JOB_NAME,
     REWIND_TAG,
+    topic_asset_key,
     workloads_dir,
 )
 from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
@@ -94,6 +98,16 @@ def rewind(context: OpExecutionContext, config: RewindConfig) -> Output[RewindPl
         raise Failure(f"rewind of {name} refused, nothing changed: {exc}") from exc
     for line in plan.lines():
         context.log.info(line)
+    if plan.applied:  # on the topics' assets too, where the workload's progress is reported
+        for topic in spec.source.topics:
+            key = AssetKey(topic_asset_key(topic, spec.source.kind))
+            again = sum(m.again for m in plan.moves if m.topic == topic)
+            metadata = {
+                "rewind": MetadataValue.text(plan.target),
+                "workload": MetadataValue.text(name),
+                "records_handled_again": MetadataValue.int(again),
+            }
+            context.log_event(AssetObservation(asset_key=key, metadata=metadata))
     return Output(plan, metadata=plan_metadata(plan))
 
 
