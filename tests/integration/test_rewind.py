@@ -3,8 +3,6 @@ exact, Pulsar subscriptions recreated, and bad input refused with nothing change
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,7 +10,9 @@ from pathlib import Path
 import pulsar
 import pytest
 import yaml
+from click.testing import Result
 from confluent_kafka import Consumer
+from typer.testing import CliRunner
 
 from consumers.backends.kafka import committed_offsets
 from consumers.config.spec import WorkloadSpec
@@ -23,11 +23,11 @@ from consumers.rewind.apply import rewind_workload
 from consumers.rewind.plan import RewindRefused
 from consumers.rewind.target import parse_target
 from consumers.service.launch import build_app
+from orchestration.cli import app
 from tests.landing import landed, produce_days
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 #: Values the handler saw, in the order it saw them (the engine runs in this process).
 HANDLED: list[int] = []
 
@@ -51,10 +51,10 @@ def kafka_spec(broker: TansuBroker, topic: str) -> dict[str, object]:
     }
 
 
-def cli(*args: str, specs: Path, state: Path) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "orchestration.cli", "workloads", "rewind", *args]
-    command += ["--specs", str(specs), "--state-dir", str(state)]
-    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+def cli(*args: str, specs: Path, state: Path) -> Result:
+    """The command in this process (the engine's handler list is this module's)."""
+    command = ["workloads", "rewind", *args, "--specs", str(specs), "--state-dir", str(state)]
+    return CliRunner().invoke(app, command, env={"DAGSTER_HOME": ""})
 
 
 async def test_kafka_rewind_by_time_handles_from_there_again_and_keeps_the_lake_exact(
@@ -75,19 +75,19 @@ async def test_kafka_rewind_by_time_handles_from_there_again_and_keeps_the_lake_
     middle = (stamps[4000] + stamps[4001]) / 2000
     moment = datetime.fromtimestamp(middle, tz=UTC).isoformat()
     dry = cli(rewound := "rewound", "--to", moment, "--dry-run", specs=specs, state=state)
-    assert dry.returncode == 0, dry.stderr
-    assert f"would rewind kafka group lanehouse.{rewound}" in dry.stdout
-    assert "total: 5999 records handled again" in dry.stdout, dry.stdout
+    assert dry.exit_code == 0, dry.output
+    assert f"would rewind kafka group lanehouse.{rewound}" in dry.output
+    assert "total: 5999 records handled again" in dry.output, dry.output
     assert committed_offsets(kafka_broker.bootstrap, spec.source.group, topic, 2) == {
         0: 5000,
         1: 5000,
     }  # a dry run changes nothing
 
     done = cli(rewound, "--to", moment, specs=specs, state=state)
-    assert done.returncode == 0, done.stderr
+    assert done.exit_code == 0, done.output
     # Record i sits in partition i % 2 at offset i // 2: 4,001 is [1]@2000, 4,002 is [0]@2001.
-    assert f"{topic}[0]: 5000 -> 2001, 2999 handled again" in done.stdout, done.stdout
-    assert f"{topic}[1]: 5000 -> 2000, 3000 handled again" in done.stdout, done.stdout
+    assert f"{topic}[0]: 5000 -> 2001, 2999 handled again" in done.output, done.output
+    assert f"{topic}[1]: 5000 -> 2000, 3000 handled again" in done.output, done.output
 
     HANDLED.clear()
     await build_app([spec], lake=lake).run(until_idle=1.0)
@@ -113,13 +113,13 @@ def test_bad_input_is_refused_and_changes_nothing(
     spec = WorkloadSpec.model_validate(kafka_spec(kafka_broker, topic))
 
     unknown = cli("nobody", "--to", "earliest", specs=specs, state=state)
-    assert unknown.returncode == 2 and "no workload named 'nobody'" in unknown.stderr
+    assert unknown.exit_code == 2 and "no workload named 'nobody'" in unknown.output
     future = cli("rewound", "--to", "2999-01-01T00:00:00Z", specs=specs, state=state)
-    assert future.returncode == 2 and "is in the future" in future.stderr
+    assert future.exit_code == 2 and "is in the future" in future.output
     garbled = cli("rewound", "--to", "yesterday-ish", specs=specs, state=state)
-    assert garbled.returncode == 2 and "cannot read 'yesterday-ish'" in garbled.stderr
+    assert garbled.exit_code == 2 and "cannot read 'yesterday-ish'" in garbled.output
     missing = cli("rewound", "--to", "earliest", "--partitions", "0,7", specs=specs, state=state)
-    assert missing.returncode == 1 and "no partition 7" in missing.stderr, missing.stderr
+    assert missing.exit_code == 1 and "no partition 7" in missing.output, missing.output
 
     member = Consumer(
         {
@@ -138,7 +138,7 @@ def test_bad_input_is_refused_and_changes_nothing(
         with pytest.raises(RewindRefused, match="has live members"):
             rewind_workload(spec, parse_target("earliest"))
         live = cli("rewound", "--to", "earliest", specs=specs, state=state)
-        assert live.returncode == 1 and "has live members" in live.stderr
+        assert live.exit_code == 1 and "has live members" in live.output
     finally:
         member.close()
     assert committed_offsets(kafka_broker.bootstrap, spec.source.group, topic, 2) == {0: 50, 1: 50}
