@@ -75,7 +75,7 @@ def workloads_rewind(
     from orchestration.workloads.job import find_workload
 
     try:
-        _, spec = find_workload(directory, name)
+        _, spec = find_workload(directory, name, disabled_too=True)
     except Failure as exc:
         print_error(exc.description or str(exc))
         raise typer.Exit(2) from exc

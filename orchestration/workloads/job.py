@@ -91,8 +91,11 @@ class ConsumerRunConfig(Config):
 # ---------------------------------------------------------------------------- finding the spec
 
 
-def find_workload(directory: Path, name: str) -> tuple[Path, WorkloadSpec]:
-    """The enabled spec named ``name`` in ``directory``, handler imported.
+def find_workload(
+    directory: Path, name: str, *, disabled_too: bool = False
+) -> tuple[Path, WorkloadSpec]:
+    """The enabled (or, with ``disabled_too``, any) spec named ``name`` in ``directory``,
+    handler imported.
 
     Raises ``Failure`` naming the file and field. A broken spec of *another* workload does not
     stop this one: one bad file must not take every consumer run down.
@@ -118,7 +121,7 @@ def find_workload(directory: Path, name: str) -> tuple[Path, WorkloadSpec]:
         files = " and ".join(str(path) for path, _ in matches)
         raise _failure(f"workload {name!r} is declared twice (field name): {files}")
     path, spec = matches[0]
-    if not spec.enabled:
+    if not spec.enabled and not disabled_too:
         error = SpecError(str(path), "enabled", f"workload {name!r} is disabled (enabled: false)")
         raise _failure(str(error), error)
     try:

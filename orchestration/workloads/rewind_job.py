@@ -80,7 +80,7 @@ class RewindConfig(Config):
 @op(description="Rewinds the workload (partition key) to the configured point in time.")
 def rewind(context: OpExecutionContext, config: RewindConfig) -> Output[RewindPlan]:
     name = context.partition_key
-    _, spec = find_workload(workloads_dir(), name)
+    _, spec = find_workload(workloads_dir(), name, disabled_too=True)
     try:
         target = parse_target(config.to)
     except ValueError as exc:

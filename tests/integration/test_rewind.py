@@ -181,3 +181,19 @@ async def test_pulsar_rewind_to_earliest_handles_everything_again_as_duplicates(
     # by the lineage key) stay as they were.
     assert {(r["_offset"], r["value"]) for r in rows} == before
     assert set(Counter(r["_offset"] for r in rows).values()) <= {1, 2}
+
+
+def test_a_disabled_workload_can_be_rewound_before_it_is_enabled_again(
+    kafka_broker: TansuBroker, topic_factory, tmp_path: Path
+) -> None:
+    topic = topic_factory(1)
+    produce_days(kafka_broker.bootstrap, topic, 10, 1)
+    specs, state = tmp_path / "workloads", tmp_path / "state"
+    specs.mkdir()
+    disabled = {**kafka_spec(kafka_broker, topic), "enabled": False}
+    (specs / "rewound.yaml").write_text(yaml.safe_dump(disabled))
+    done = cli("rewound", "--to", "latest", specs=specs, state=state)
+    assert done.exit_code == 0, done.output
+    assert f"{topic}[0]: nothing committed -> 10, 0 handled again" in done.output
+    spec = WorkloadSpec.model_validate(disabled)
+    assert committed_offsets(kafka_broker.bootstrap, spec.source.group, topic, 1) == {0: 10}
