@@ -94,9 +94,9 @@ def producer_properties(client_config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def kafka_producer_factory(client_config: Mapping[str, Any]) -> ProducerFactory:
-    """An idempotent producer (ordered, no duplicates on internal retries) for a workload."""
-    config = producer_properties(client_config)
-    config.update({"enable.idempotence": True, "linger.ms": 5})
+    """An idempotent producer (ordered, no duplicates on internal retries) for a workload;
+    ``linger.ms`` is 5 unless the properties say otherwise."""
+    config = {"linger.ms": 5, **producer_properties(client_config), "enable.idempotence": True}
     return lambda: cast(ProducerLike, Producer(config))
 
 

@@ -18,10 +18,10 @@ import re
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from consumers.errors import HandlerImportError, SpecError
 
@@ -70,6 +70,10 @@ def parse_duration(value: object) -> float:
     if seconds < 0:
         raise ValueError(f"invalid duration {value!r}: it must not be negative")
     return seconds
+
+
+#: A duration field: float seconds, written as a number or ``"250ms"``, ``"2s"``, ``"5m"``, ``"1h"``.
+Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
 def dotted(loc: Iterable[object]) -> str:
@@ -258,6 +262,8 @@ def _field_path(
         field = model.model_fields.get(str(part))
         if field is None:
             break
+        if typing.get_origin(field.annotation) is dict and parts:
+            path.append(parts.pop(0))  # the key (a cluster's name); its value is the model
         members = _model_members(field.annotation)
         if len(members) == 1:
             model = next(iter(members.values()))

@@ -9,7 +9,9 @@ would otherwise become a path on the broker's disk.
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Annotated, Final
+
+from pydantic import AfterValidator
 
 #: Workload and pool names: what the spec allows and the HTTP API looks up.
 NAME: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
@@ -30,6 +32,10 @@ def check_name(value: str) -> str:
             "ids and tags)"
         )
     return value
+
+
+#: A workload, pool or cluster name as a pydantic field type (checked by :func:`check_name`).
+Name = Annotated[str, AfterValidator(check_name)]
 
 
 def validate_topic_name(topic: str) -> str:

@@ -1,18 +1,21 @@
 """The platform config file (``lanehouse.yaml``): settings shared by every process of a deployment.
 
-Today it declares the cross-process permit pools::
+It declares the cross-process permit pools and the named clusters::
 
     permits:
       url: postgresql+psycopg2://lanehouse:${POSTGRES_PASSWORD}@postgres/lanehouse
       pools:
         default: {size: 500}
         payments-api: {size: 40}
+    clusters:
+      prod-eu: {kind: kafka, bootstrap_servers: broker-1.eu:9093, config: {...}}
 
 A pool named here is shared by every process that reads the same file (leased through the
-database at ``url``); a pool not named here stays local to its process. Which file: the
+database at ``url``); a pool not named here stays local to its process. A cluster named here is
+what a spec's ``cluster: prod-eu`` means (:mod:`consumers.config.clusters`). Which file: the
 ``LANEHOUSE_CONFIG`` variable, else ``lanehouse.yaml`` in the working directory if present,
 else none. String values take ``${VAR}`` references like workload specs, so the database
-password stays in the environment.
+password and the clusters' secrets stay in the environment.
 """
 
 from __future__ import annotations
@@ -24,18 +27,27 @@ from typing import Final
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from consumers.config.clusters import Cluster
 from consumers.config.loading import (
+    Duration,
     FrozenModel,
     first_error,
     interpolate,
     read_yaml_mapping,
     state_dir,
 )
-from consumers.config.spec import Duration, Name
+from consumers.config.names import Name
 from consumers.errors import SpecError
 
 CONFIG_ENV: Final = "LANEHOUSE_CONFIG"
 DEFAULT_CONFIG_FILE: Final = Path("lanehouse.yaml")
+
+#: The clusters declared when there is no platform config file: the embedded brokers' defaults
+#: (``lanehouse broker``, ``up``, ``demo``), so the example workloads run without one.
+DEFAULT_CLUSTERS: Final[Mapping[str, Mapping[str, str]]] = {
+    "kafka": {"kind": "kafka", "bootstrap_servers": "${KAFKA_BOOTSTRAP:-127.0.0.1:9092}"},
+    "pulsar": {"kind": "pulsar", "service_url": "${PULSAR_URL:-pulsar://127.0.0.1:6650}"},
+}
 
 
 class PoolConfig(FrozenModel):
@@ -84,6 +96,8 @@ class PermitsConfig(FrozenModel):
 
 class PlatformConfig(FrozenModel):
     permits: PermitsConfig = Field(default_factory=PermitsConfig)
+    #: Brokers workload specs name with ``cluster:`` (see :mod:`consumers.config.clusters`).
+    clusters: dict[Name, Cluster] = Field(default_factory=dict)
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path | None:
@@ -98,14 +112,25 @@ def config_path(env: Mapping[str, str] | None = None) -> Path | None:
 def load_platform_config(
     path: Path | None = None, env: Mapping[str, str] | None = None
 ) -> PlatformConfig:
-    """Read and validate the config file; no file means every pool is local."""
+    """Read and validate the config file; no file means :func:`default_platform_config`."""
     env = os.environ if env is None else env
     path = path or config_path(env)
     if path is None:
-        return PlatformConfig()
+        return default_platform_config(env)
     file = str(path)
     data = interpolate(read_yaml_mapping(file), env, file)
     try:
         return PlatformConfig.model_validate(data)
     except ValidationError as exc:
+        raise SpecError(file, *first_error(exc, PlatformConfig)) from exc
+
+
+def default_platform_config(env: Mapping[str, str]) -> PlatformConfig:
+    """Without a file: every pool local, the clusters :data:`DEFAULT_CLUSTERS` (addresses from
+    ``env``)."""
+    file = "<default clusters>"
+    data = interpolate({"clusters": dict(DEFAULT_CLUSTERS)}, env, file)
+    try:
+        return PlatformConfig.model_validate(data)
+    except ValidationError as exc:  # e.g. PULSAR_URL set to something else than a Pulsar URL
         raise SpecError(file, *first_error(exc, PlatformConfig)) from exc

@@ -1,7 +1,7 @@
-"""Which ``source.config`` keys a Pulsar workload may set, and where each one goes.
+"""Which ``config`` keys a Pulsar source or cluster may set, and where each one goes.
 
-pulsar-client takes its options as keyword arguments of ``pulsar.Client(...)`` and
-``Client.subscribe(...)``; a spec names them the same way. Keys the engine owns are refused with
+pulsar-client takes its options as keyword arguments of ``pulsar.Client(...)``,
+``Client.subscribe(...)`` and ``Client.create_producer(...)``; a spec names them the same way. Keys the engine owns are refused with
 the reason, unknown keys are refused with the list of known ones, so a typo never silently
 becomes a default. Pure data: importing this module does not import pulsar-client.
 """
@@ -48,6 +48,15 @@ CONSUMER_OPTIONS: Final[Mapping[str, type]] = {
     "initial_position": str,
 }
 
+#: ``Client.create_producer`` keyword arguments a cluster's ``producer`` (or an output's or dead
+#: letter's ``config``) may set, with their YAML type.
+PRODUCER_OPTIONS: Final[Mapping[str, type]] = {
+    "send_timeout_millis": int,
+    "batching_max_messages": int,
+    "batching_max_allowed_size_in_bytes": int,
+    "batching_max_publish_delay_ms": int,
+}
+
 INITIAL_POSITIONS: Final = ("earliest", "latest")
 
 #: Keys only the engine sets, and why.
@@ -63,16 +72,29 @@ ENGINE_OWNED: Final[Mapping[str, str]] = {
     "dead_letter_policy": "set dead_letter in the spec: the engine writes dead letters after its own retries, keeping key order",
     "authentication": "set auth_token (a secret) instead",
     "logger": "the engine routes client logs itself",
+    "block_if_queue_full": "the engine never blocks on a full send queue; it retries shortly",
+    "max_pending_messages": "the engine bounds unacknowledged sends itself",
+    "batching_enabled": "the engine's producers always batch",
 }
 
 
 def check_pulsar_option(key: str, value: object) -> None:
-    """Raise ``ValueError`` (the reason, never the value) unless ``key: value`` is allowed."""
+    """Raise ``ValueError`` (the reason, never the value) unless ``key: value`` is allowed for a
+    consumer's client (a source's or a cluster's ``config``)."""
+    _check(key, value, {**CLIENT_OPTIONS, **CONSUMER_OPTIONS})
+
+
+def check_pulsar_producer_option(key: str, value: object) -> None:
+    """Like :func:`check_pulsar_option`, for a producer's client (a cluster's ``producer``)."""
+    _check(key, value, {**CLIENT_OPTIONS, **PRODUCER_OPTIONS})
+
+
+def _check(key: str, value: object, allowed: Mapping[str, type]) -> None:
     if key in ENGINE_OWNED:
         raise ValueError(f"{key!r} is owned by the engine and cannot be set: {ENGINE_OWNED[key]}")
-    expected = CLIENT_OPTIONS.get(key) or CONSUMER_OPTIONS.get(key)
+    expected = allowed.get(key)
     if expected is None:
-        known = ", ".join(sorted({*CLIENT_OPTIONS, *CONSUMER_OPTIONS}))
+        known = ", ".join(sorted(allowed))
         raise ValueError(f"unknown Pulsar option {key!r}; allowed: {known}")
     if key == "initial_position" and value not in INITIAL_POSITIONS:
         raise ValueError("initial_position must be 'earliest' or 'latest'")

@@ -1,20 +1,23 @@
 """Where a workload reads from: the Kafka and Pulsar source models of a spec, and the rule for
-their client properties (checked key by key; secrets kept as ``SecretStr``, masked wherever a
-spec is printed, revealed only for the client)."""
+client properties wherever they are written (a source, a named cluster, an output or dead
+letter): checked key by key; secrets kept as ``SecretStr``, masked wherever a spec or the
+platform config is printed, revealed only for the client."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AfterValidator, BeforeValidator, Field, SecretStr, field_validator
 
 from consumers.config.loading import FrozenModel
-from consumers.config.names import validate_topic_name
+from consumers.config.names import Name, validate_topic_name
 from consumers.config.pulsar_options import CLIENT_OPTIONS as PULSAR_CLIENT_OPTIONS
 from consumers.config.pulsar_options import CONSUMER_OPTIONS as PULSAR_CONSUMER_OPTIONS
 from consumers.config.pulsar_options import (
     check_pulsar_option,
+    check_pulsar_producer_option,
     validate_pulsar_topic,
     validate_pulsar_url,
 )
@@ -24,7 +27,7 @@ _RESERVED_KEYS = {
     "enable.auto.commit": "the engine commits an offset only once its record's outcome is durable; auto-commit would commit records still in flight and lose them on a crash",
     "enable.auto.offset.store": "the engine stores offsets itself from its contiguous completed watermark; automatic storing would skip records still in flight",
     "group.id": "set source.group instead (default 'lanehouse.<name>')",
-    "bootstrap.servers": "set source.bootstrap_servers instead",
+    "bootstrap.servers": "set source.bootstrap_servers (or a cluster's bootstrap_servers in lanehouse.yaml) instead",
 }
 
 
@@ -70,6 +73,35 @@ def _check_kafka_key(key: str, _value: object) -> None:
         raise ValueError(f"{key!r} is owned by the engine and cannot be set: {_RESERVED_KEYS[key]}")
 
 
+def _no_check(_key: str, _value: object) -> None:
+    """Keys checked later, against the kind of the cluster they go to."""
+
+
+def _checked(check: Callable[[str, Any], None]) -> BeforeValidator:
+    return BeforeValidator(functools.partial(_check_client_config, check=check))
+
+
+_Properties = dict[str, ConfigValue]
+#: librdkafka properties (a source's, a cluster's and its producers'); engine-owned keys refused.
+KafkaProperties = Annotated[_Properties, _checked(_check_kafka_key), AfterValidator(_mask_secrets)]
+#: pulsar-client options of a source or a cluster (client and subscribe options).
+PulsarOptions = Annotated[_Properties, _checked(check_pulsar_option), AfterValidator(_mask_secrets)]
+#: pulsar-client options of a cluster's producers (client and producer options).
+PulsarProducerOptions = Annotated[
+    _Properties, _checked(check_pulsar_producer_option), AfterValidator(_mask_secrets)
+]
+#: Producer properties of an output or dead letter; the workload checks them against its kind.
+SinkProperties = Annotated[_Properties, _checked(_no_check), AfterValidator(_mask_secrets)]
+
+
+def check_sink_property(kind: str, key: str, value: object) -> None:
+    """Raise ``ValueError`` unless ``key: value`` may be set on a producer of this kind."""
+    if kind == "kafka":
+        _check_kafka_key(key, value)
+    else:
+        check_pulsar_producer_option(key, value)
+
+
 def _unique_topics(topics: tuple[str, ...]) -> None:
     if not topics:
         raise ValueError("at least one topic is required")
@@ -78,23 +110,10 @@ def _unique_topics(topics: tuple[str, ...]) -> None:
 
 
 class _SourceBase(FrozenModel):
-    """Client options shared by every source kind: checked key by key, secrets masked."""
+    """What every source kind has: the named cluster it reads from (None: inline servers)."""
 
-    config: dict[str, ConfigValue] = Field(default_factory=dict)
-
-    @classmethod
-    def _check_key(cls, key: str, value: object) -> None:
-        """Raise ``ValueError`` for a key the client or the engine does not accept."""
-
-    @field_validator("config", mode="before")
-    @classmethod
-    def _check_config(cls, config: Any) -> Any:
-        return _check_client_config(config, cls._check_key)
-
-    @field_validator("config")
-    @classmethod
-    def _mask(cls, config: dict[str, ConfigValue]) -> dict[str, ConfigValue]:
-        return _mask_secrets(config)
+    #: Resolved from the platform config when the spec was loaded (``consumers.config.clusters``).
+    cluster: Name | None = None
 
 
 class KafkaSourceSpec(_SourceBase):
@@ -104,6 +123,7 @@ class KafkaSourceSpec(_SourceBase):
     bootstrap_servers: str = Field(min_length=1)
     topics: tuple[str, ...]
     group: str = Field(min_length=1)
+    config: KafkaProperties = Field(default_factory=dict)
 
     @field_validator("topics")
     @classmethod
@@ -112,10 +132,6 @@ class KafkaSourceSpec(_SourceBase):
         for topic in topics:
             validate_topic_name(topic)
         return topics
-
-    @classmethod
-    def _check_key(cls, key: str, value: object) -> None:
-        _check_kafka_key(key, value)
 
     def topic_name(self, topic: str) -> str:
         """Validate an output or dead-letter topic for this cluster."""
@@ -134,6 +150,7 @@ class PulsarSourceSpec(_SourceBase):
     topics: tuple[str, ...]
     subscription: str = Field(min_length=1)
     subscription_type: Literal["shared", "failover", "key_shared", "exclusive"] = "shared"
+    config: PulsarOptions = Field(default_factory=dict)
 
     @field_validator("service_url")
     @classmethod
@@ -146,10 +163,6 @@ class PulsarSourceSpec(_SourceBase):
         full = tuple(validate_pulsar_topic(topic) for topic in topics)
         _unique_topics(full)
         return full
-
-    @classmethod
-    def _check_key(cls, key: str, value: object) -> None:
-        check_pulsar_option(key, value)
 
     def topic_name(self, topic: str) -> str:
         """Validate an output or dead-letter topic for this service (returns its full name)."""

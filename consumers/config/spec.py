@@ -3,12 +3,15 @@
 This is a public contract (reference: ``docs/configuration.md``). Loading goes
 read YAML -> interpolate ``${VAR}`` -> validate (frozen pydantic models, unknown fields rejected)
 -> import the handler; every failure is a :class:`~consumers.errors.SpecError` naming the file
-and the dotted field path. Secret client properties are ``SecretStr``: masked in ``repr``,
-``str`` and ``model_dump(mode="json")``; only :meth:`WorkloadSpec.client_config` reveals them.
+and the dotted field path. A spec may name clusters of the platform config file instead of
+writing their servers and properties (:mod:`consumers.config.clusters`); they are resolved
+before validation. Secret client properties are ``SecretStr``: masked in ``repr``, ``str`` and
+``model_dump(mode="json")``; only the methods handing them to a client reveal them.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -18,7 +21,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BeforeValidator,
     Field,
     SecretStr,
     ValidationError,
@@ -27,17 +29,32 @@ from pydantic import (
     model_validator,
 )
 
+from consumers.config.clusters import Cluster, ProducerTarget, producer_target, resolve_clusters
 from consumers.config.loading import (
+    Duration,
     FrozenModel,
     first_error,
     import_callable,
     interpolate,
-    parse_duration,
     read_yaml_mapping,
     spec_files,
 )
-from consumers.config.names import check_name
-from consumers.config.sources import KafkaSourceSpec, SourceSpec, reveal
+from consumers.config.names import Name
+from consumers.config.platform import PlatformConfig, load_platform_config
+from consumers.config.sections import (
+    BatchSpec,
+    DeadLetterSpec,
+    LandingSpec,
+    OutputSpec,
+    PermitSpec,
+    RetrySpec,
+)
+from consumers.config.sources import (
+    KafkaSourceSpec,
+    SourceSpec,
+    check_sink_property,
+    reveal,
+)
 from consumers.errors import HandlerImportError, SpecError
 from consumers.execution.executors import (
     MAX_HANDOFF_BYTES,
@@ -68,85 +85,7 @@ def _check_handler(value: str) -> str:
     return value
 
 
-Name = Annotated[str, AfterValidator(check_name)]
 HandlerPath = Annotated[str, AfterValidator(_check_handler)]
-Duration = Annotated[float, BeforeValidator(parse_duration)]
-
-
-class PermitSpec(FrozenModel):
-    """Where the workload takes its permits from and how much of the pool it may claim."""
-
-    pool: Name = "default"
-    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
-
-
-#: An output or dead-letter topic; checked against the source's kind by ``WorkloadSpec``.
-TopicName = Annotated[str, Field(min_length=1)]
-
-
-class RetrySpec(FrozenModel):
-    """How often a failing record is tried, and how long to wait between attempts."""
-
-    max_attempts: int = Field(default=3, ge=1)
-    backoff: Duration = Field(default=0.2, ge=0)
-    max_backoff: Duration = Field(default=60.0, ge=0)
-    jitter: bool = True
-
-
-class DeadLetterSpec(FrozenModel):
-    """Where records go after their last attempt, the safety valve, and scheduled replay."""
-
-    topic: TopicName
-    max_ratio: float = Field(default=0.2, gt=0, le=1, allow_inf_nan=False)
-    window: int = Field(default=1000, ge=1)
-    #: Replayed by the ``dead_letter_replay`` schedule (Kafka only) once that is switched on.
-    scheduled_replay: bool = False
-    #: A dead letter replayed this often already is left where it is.
-    max_replays: int = Field(default=3, ge=1)
-
-    @model_validator(mode="after")
-    def _valve_allows_one(self) -> DeadLetterSpec:
-        if self.max_ratio * self.window < 1:
-            raise ValueError(
-                f"max_ratio x window = {self.max_ratio * self.window:g} allows no dead letter at "
-                "all: the first one would stop the workload; raise max_ratio or window"
-            )
-        return self
-
-
-class OutputSpec(FrozenModel):
-    """The topic ``Forward`` outcomes are produced to, in source order per partition."""
-
-    topic: TopicName
-
-
-_DATASET = re.compile(r"[a-z][a-z0-9_]{0,62}")
-
-
-def _check_dataset(value: str) -> str:
-    if not _DATASET.fullmatch(value):
-        raise ValueError(
-            f"{value!r} is not allowed: use 1-63 characters of lowercase letters, digits and '_', "
-            "starting with a letter (it becomes a directory of the lake and a Dagster asset key)"
-        )
-    return value
-
-
-class LandingSpec(FrozenModel):
-    """Records land as Parquet under ``<lake>/landed/<dataset>/``; see docs/lake.md."""
-
-    dataset: Annotated[str, AfterValidator(_check_dataset)]
-    flush_rows: int = Field(default=50_000, ge=1)
-    flush_interval: Duration = Field(default=60.0, gt=0)
-    #: The directory level of a landed file; only the record's UTC day is supported.
-    partition_by: Literal["event_date"] = "event_date"
-
-
-class BatchSpec(FrozenModel):
-    """Batch and unique modes: at most ``size`` records, or what arrived within ``max_wait``."""
-
-    size: int = Field(default=500, ge=1)
-    max_wait: Duration = Field(default=2.0, ge=0)
 
 
 class WorkloadSpec(FrozenModel):
@@ -179,6 +118,8 @@ class WorkloadSpec(FrozenModel):
     processes: int = Field(default=0, ge=0)
     #: ``executor: process``: the most bytes of keys, values and headers one call may send.
     max_handoff_bytes: int = Field(default=MAX_HANDOFF_BYTES, ge=1)
+    #: The named clusters this spec uses, copied from the platform config when it was loaded.
+    clusters: dict[Name, Cluster] = Field(default_factory=dict)
 
     @field_validator("processes", "max_handoff_bytes")
     @classmethod
@@ -198,6 +139,11 @@ class WorkloadSpec(FrozenModel):
             topic = source.topic_name(sink.topic)
         except ValueError as exc:
             raise ValueError(f"topic: {exc}") from None
+        for key, value in sink.config.items():
+            try:
+                check_sink_property(source.kind, key, value)
+            except ValueError as exc:
+                raise ValueError(f"config: {exc}") from None
         return sink.model_copy(update={"topic": topic})
 
     @model_validator(mode="after")
@@ -215,12 +161,25 @@ class WorkloadSpec(FrozenModel):
                 "landing and output: a workload either lands its records or forwards them to "
                 "an output topic; declare a second workload on the output topic to land that"
             )
-        if self.dead_letter and self.dead_letter.scheduled_replay and self.source.kind != "kafka":
-            raise ValueError(
-                "dead_letter.scheduled_replay: replay reads Kafka dead-letter topics only; "
-                "this workload reads Pulsar"
-            )
+        self._check_clusters()
         return self
+
+    def _check_clusters(self) -> None:
+        sinks = [sink for sink in (self.output, self.dead_letter) if sink is not None]
+        for name in {self.source.cluster, *(sink.cluster for sink in sinks)} - {None}:
+            if name not in self.clusters:
+                raise ValueError(f"cluster {name!r} is named but not among clusters")
+        same_topic = len(sinks) == 2 and sinks[0].topic == sinks[1].topic
+        if same_topic and self.producer_target(sinks[0]) != self.producer_target(sinks[1]):
+            raise ValueError(
+                "output.topic and dead_letter.topic are one topic name with two producers "
+                "(clusters or properties): use two topic names"
+            )
+
+    def producer_target(self, sink: OutputSpec | DeadLetterSpec | None) -> ProducerTarget:
+        """Where ``sink`` is produced (``None``: a sink naming nothing, on the source's cluster)."""
+        cluster, config = (sink.cluster, sink.config) if sink is not None else (None, {})
+        return producer_target(self.source, cluster, config, self.clusters)
 
     @model_validator(mode="before")
     @classmethod
@@ -265,14 +224,35 @@ class WorkloadSpec(FrozenModel):
 
 
 def spec_hash(spec: WorkloadSpec) -> str:
-    """A stable 16-hex-digit digest of the validated spec; a secret enters only as its sha256."""
-    data = spec.model_dump(mode="json")
-    for key, value in spec.source.config.items():
-        if isinstance(value, SecretStr):
-            digest = hashlib.sha256(value.get_secret_value().encode()).hexdigest()
-            data["source"]["config"][key] = {"secret_sha256": digest}
-    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """A stable 16-hex-digit digest of the validated spec, the clusters it names included (a
+    rotated password changes it); a secret enters only as its sha256."""
+    data = spec.model_dump()
+    # Left out while unset, so a spec naming no cluster keeps the hash it had before clusters.
+    if not data["clusters"]:
+        del data["clusters"]
+    for section, field, unset in _CLUSTER_FIELDS:
+        if data[section] is not None and data[section][field] == unset:
+            del data[section][field]
+    canonical = json.dumps(
+        data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_secret_digest
+    )
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+_CLUSTER_FIELDS: tuple[tuple[str, str, object], ...] = (
+    ("source", "cluster", None),
+    *(
+        (sink, field, unset)
+        for sink in ("output", "dead_letter")
+        for field, unset in (("cluster", None), ("config", {}))
+    ),
+)
+
+
+def _secret_digest(value: object) -> object:
+    if isinstance(value, SecretStr):
+        return {"secret_sha256": hashlib.sha256(value.get_secret_value().encode()).hexdigest()}
+    raise TypeError(f"{type(value).__name__} in a spec is not JSON")
 
 
 def resolve_handler(spec: WorkloadSpec, *, file: str | None = None) -> Callable[..., object]:
@@ -302,10 +282,35 @@ def load_spec(
     *,
     env: Mapping[str, str] | None = None,
     import_handler: bool = True,
+    platform: PlatformConfig | None = None,
 ) -> WorkloadSpec:
-    """Read, interpolate and validate one spec file, then (by default) import its handler."""
+    """Read, interpolate, resolve clusters and validate one spec file, then (by default) import
+    its handler. The clusters are ``platform``'s; by default the platform config file's
+    (:func:`load_platform_config` with ``env``), read only when the spec names a cluster."""
+    return _load_spec(path, env, import_handler, _platform_loader(platform, env))
+
+
+def _platform_loader(
+    platform: PlatformConfig | None, env: Mapping[str, str] | None
+) -> Callable[[], PlatformConfig]:
+    if platform is not None:
+        return lambda: platform
+    return functools.cache(lambda: load_platform_config(env=env))
+
+
+def _load_spec(
+    path: str | os.PathLike[str],
+    env: Mapping[str, str] | None,
+    import_handler: bool,
+    platform: Callable[[], PlatformConfig],
+) -> WorkloadSpec:
     file = os.fspath(path)
     data = interpolate(read_yaml_mapping(file), os.environ if env is None else env, file)
+    sections = (data.get(section) for section in ("source", "output", "dead_letter"))
+    if any(isinstance(section, dict) and "cluster" in section for section in sections):
+        data = resolve_clusters(data, platform().clusters, file)
+    elif "clusters" in data:
+        data = resolve_clusters(data, {}, file)  # refused with the reason
     try:
         spec = WorkloadSpec.model_validate(data)
     except ValidationError as exc:
@@ -328,12 +333,15 @@ def load_specs(
     *,
     env: Mapping[str, str] | None = None,
     import_handler: bool = True,
+    platform: PlatformConfig | None = None,
 ) -> list[WorkloadSpec]:
-    """Load several spec files (a directory means its ``*.yaml``/``*.yml``); names must be unique."""
+    """Load several spec files (a directory means its ``*.yaml``/``*.yml``); names must be
+    unique. ``platform`` as in :func:`load_spec` (the file is read at most once)."""
     specs: list[WorkloadSpec] = []
     seen: dict[str, str] = {}
+    loader = _platform_loader(platform, env)
     for path in spec_files(paths):
-        spec = load_spec(path, env=env, import_handler=import_handler)
+        spec = _load_spec(path, env, import_handler, loader)
         if spec.name in seen:
             raise SpecError(
                 str(path),

@@ -62,6 +62,8 @@ def replay_pulsar_dead_letters(
     progress: ProgressCallback | None = None,
     timeout: float = 30.0,
     idle: float = 1.0,
+    to_service_url: str | None = None,
+    to_options: ClientOptions | None = None,
 ) -> ReplaySummary:
     """Republish the not yet replayed dead letters of ``workload`` from the Pulsar ``dlq_topic``.
 
@@ -70,14 +72,18 @@ def replay_pulsar_dead_letters(
     as partition key, its value, and its original properties plus ``lanehouse.replay.count`` =
     previous + 1. Raises :class:`BrokerError` when the subscription is refused, a send is not
     acknowledged within ``timeout`` seconds or fails, or an acknowledgement fails; what that
-    batch read is then not acknowledged, so a rerun republishes it.
+    batch read is then not acknowledged, so a rerun republishes it. ``to_service_url`` and
+    ``to_options``: the service of the target topics when it is not the dead-letter topic's.
     """
     check_limit(limit)
     check_max_replays(max_replays)
     group = replay_group(workload)
     tally = ReplayTally(workload, dlq_topic, since_ms, max_replays, limit)
     client = pulsar_client(service_url, client_options)
-    producer = PulsarProducer(service_url, client_options or {})
+    if to_service_url is None:
+        producer = PulsarProducer(service_url, client_options or {})
+    else:
+        producer = PulsarProducer(to_service_url, to_options or {})
     try:
         partitioned = partition_names(client, dlq_topic, service_url) != [(dlq_topic, 0)]
         try:

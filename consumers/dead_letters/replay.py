@@ -85,8 +85,13 @@ def replay_dead_letters(
     *,
     progress: ProgressCallback | None = None,
     timeout: float = 30.0,
+    to_bootstrap: str | None = None,
+    to_config: ClientConfig | None = None,
 ) -> ReplaySummary:
     """Republish the not yet replayed dead letters of ``workload`` from ``dlq_topic``.
+
+    ``to_bootstrap``/``to_config``: the cluster of the target topics when it is not the
+    dead-letter topic's (``bootstrap``, ``client_config``).
 
     Each dead letter goes to ``to_topic`` (``None``: back to its own ``lanehouse.source.topic``)
     with its original key, value and headers plus ``lanehouse.replay.count`` = previous + 1; when
@@ -111,11 +116,12 @@ def replay_dead_letters(
         if err is not None:
             failures.append(err)
 
+    target_bootstrap = to_bootstrap or bootstrap
     producer = Producer(
         {
             "linger.ms": 5,
-            **producer_properties(client_config or {}),
-            "bootstrap.servers": bootstrap,
+            **producer_properties((to_config if to_bootstrap else client_config) or {}),
+            "bootstrap.servers": target_bootstrap,
             "enable.idempotence": True,
             "acks": "all",
             "on_delivery": on_delivery,
@@ -125,10 +131,13 @@ def replay_dead_letters(
     try:
         # Asked of the producer: connecting it now overlaps its idempotent-producer set-up
         # (about 0.5 s) with the reading, instead of paying for it at the first flush.
-        topics = topic_partitions(producer, bootstrap, timeout)
-        partitions = require_topic(topics, dlq_topic, bootstrap, "dead-letter topic")
+        topics = topic_partitions(producer, target_bootstrap, timeout)
+        dlq_topics = (
+            topics if to_bootstrap is None else topic_partitions(consumer, bootstrap, timeout)
+        )
+        partitions = require_topic(dlq_topics, dlq_topic, bootstrap, "dead-letter topic")
         if to_topic is not None:
-            require_topic(topics, to_topic, bootstrap, "target topic")
+            require_topic(topics, to_topic, target_bootstrap, "target topic")
         reader = ToEnd(consumer, dlq_topic, partitions, OFFSET_STORED, timeout)
         for batch in reader.batches():
             positions: dict[int, int] = {}
@@ -139,7 +148,7 @@ def replay_dead_letters(
                 entry = tally.take(read_entry(msg, dlq_topic))
                 if entry is not None:
                     target = to_topic or entry.info.source_topic
-                    _republish(producer, topics, bootstrap, target, entry)
+                    _republish(producer, topics, target_bootstrap, target, entry)
                     republished += 1
                 positions[partition_of(msg)] = offset_of(msg) + 1
             _await_deliveries(producer, failures, republished, timeout)

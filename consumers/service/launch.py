@@ -6,11 +6,14 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from consumers.backends.base import Backend
-from consumers.backends.kafka import kafka_backend
+from consumers.backends.base import Backend, ProducerFactory
+from consumers.backends.kafka import kafka_backend, kafka_producer_factory
+from consumers.backends.routing import routed_producer_factory
+from consumers.config.clusters import ProducerTarget
 from consumers.config.loading import import_callable
 from consumers.config.platform import PlatformConfig, load_platform_config
-from consumers.config.sources import KafkaSourceSpec
+from consumers.config.pulsar_options import CLIENT_OPTIONS, PRODUCER_OPTIONS
+from consumers.config.sources import KafkaSourceSpec, reveal
 from consumers.config.spec import WorkloadSpec, resolve_handler, spec_hash
 from consumers.engine import event_loop
 from consumers.engine.resolution import DeadLetterPolicy, RetryPolicy
@@ -96,6 +99,33 @@ def backend_for(spec: WorkloadSpec) -> Backend:
     return pulsar_backend(settings, landing)
 
 
+def sink_producer_factory(spec: WorkloadSpec) -> ProducerFactory | None:
+    """The producer of the spec's outputs and dead letters (None without either): one client
+    per distinct cluster and properties, behind one producer routing by topic when they differ."""
+    factories: dict[ProducerTarget, ProducerFactory] = {}
+    routes: dict[str, ProducerFactory] = {}
+    for sink in (spec.output, spec.dead_letter):
+        if sink is not None:
+            target = spec.producer_target(sink)
+            if target not in factories:
+                factories[target] = _producer_factory(target)
+            routes[sink.topic] = factories[target]
+    if len(factories) > 1:
+        return routed_producer_factory(routes)
+    return next(iter(factories.values()), None)
+
+
+def _producer_factory(target: ProducerTarget) -> ProducerFactory:
+    properties = reveal(dict(target.properties))
+    if target.kind == "kafka":
+        return kafka_producer_factory({**properties, "bootstrap.servers": target.servers})
+    from consumers.backends.pulsar.producer import pulsar_target_factory
+
+    client = {k: v for k, v in properties.items() if k in CLIENT_OPTIONS}
+    producer = {k: v for k, v in properties.items() if k in PRODUCER_OPTIONS}
+    return pulsar_target_factory(target.servers, client, producer)
+
+
 def workload_from_spec(spec: WorkloadSpec, lake: Path | None = None) -> Workload:
     """Bind a spec to its handler and its broker's backend (imports the handler)."""
     backend = backend_for(spec)
@@ -105,7 +135,7 @@ def workload_from_spec(spec: WorkloadSpec, lake: Path | None = None) -> Workload
         topics=list(spec.source.topics),
         consumer_factory=backend.consumer_factory,
         pool=spec.permits.pool,
-        producer_factory=backend.producer_factory,
+        producer_factory=sink_producer_factory(spec) or backend.producer_factory,
         interceptors=tuple(load_interceptor(import_callable(path)) for path in spec.interceptors),
         identify=backend.identify,
         position=backend.position,

@@ -48,12 +48,13 @@ def _describe_source(spec: WorkloadSpec) -> str:
     """Where the workload reads: kind, topics, broker, and its group or subscription."""
     source = spec.source
     topics = ", ".join(source.topics)
+    cluster = f" (cluster {source.cluster})" if source.cluster else ""
     if isinstance(source, PulsarSourceSpec):
         return (
-            f"pulsar {topics} at {source.service_url}, "
+            f"pulsar {topics} at {source.service_url}{cluster}, "
             f"{source.subscription_type} subscription {source.subscription}"
         )
-    return f"kafka {topics} at {source.bootstrap_servers}, group {source.group}"
+    return f"kafka {topics} at {source.bootstrap_servers}{cluster}, group {source.group}"
 
 
 def consume(

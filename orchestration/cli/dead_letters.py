@@ -16,12 +16,8 @@ from rich.text import Text
 
 from consumers.config.sources import KafkaSourceSpec
 from consumers.config.spec import WorkloadSpec, load_specs
-from consumers.dead_letters.reading import list_dead_letters
-from consumers.dead_letters.replay import replay_client_config, replay_dead_letters
+from consumers.dead_letters.places import list_workload_dead_letters, replay_workload_dead_letters
 from consumers.dead_letters.selection import (
-    DeadLetterEntry,
-    ProgressCallback,
-    ReplaySummary,
     parse_since,
 )
 from consumers.errors import SpecError
@@ -75,68 +71,6 @@ def _dead_letter_workload(specs: Path | None, workload: str) -> tuple[WorkloadSp
         )
         raise typer.Exit(2)
     return spec, spec.dead_letter.topic
-
-
-def _list(
-    spec: WorkloadSpec, topic: str, limit: int | None, since_ms: int | None
-) -> list[DeadLetterEntry]:
-    source = spec.source
-    if isinstance(source, KafkaSourceSpec):
-        return list_dead_letters(
-            source.bootstrap_servers,
-            topic,
-            spec.name,
-            limit=limit,
-            since_ms=since_ms,
-            client_config=replay_client_config(spec),
-        )
-    from consumers.dead_letters.pulsar_reading import list_pulsar_dead_letters
-
-    return list_pulsar_dead_letters(
-        source.service_url,
-        topic,
-        spec.name,
-        limit=limit,
-        since_ms=since_ms,
-        client_options=source.client_options(),
-    )
-
-
-def _replay(
-    spec: WorkloadSpec,
-    topic: str,
-    target: str | None,
-    limit: int | None,
-    since_ms: int | None,
-    max_replays: int,
-    progress: ProgressCallback,
-) -> ReplaySummary:
-    source = spec.source
-    if isinstance(source, KafkaSourceSpec):
-        return replay_dead_letters(
-            source.bootstrap_servers,
-            topic,
-            spec.name,
-            target,
-            limit=limit,
-            since_ms=since_ms,
-            max_replays=max_replays,
-            client_config=replay_client_config(spec),
-            progress=progress,
-        )
-    from consumers.dead_letters.pulsar_replay import replay_pulsar_dead_letters
-
-    return replay_pulsar_dead_letters(
-        source.service_url,
-        topic,
-        spec.name,
-        target,
-        limit=limit,
-        since_ms=since_ms,
-        max_replays=max_replays,
-        client_options=source.client_options(),
-        progress=progress,
-    )
 
 
 def _target(spec: WorkloadSpec, topic: str, to: str | None) -> str | None:
@@ -199,7 +133,7 @@ def dead_letters_list(
     spec, topic = _dead_letter_workload(specs, workload)
     since_ms = _since_ms(since)
     with exits_on():
-        entries = _list(spec, topic, limit, since_ms)
+        entries = list_workload_dead_letters(spec, limit, since_ms)
     console = Console(highlight=False)
     if not entries:
         console.print(Text(f"no dead letters of workload {workload} in {topic}"))
@@ -265,7 +199,7 @@ def dead_letters_replay(
         def report(scanned: int, total: int | None) -> None:
             progress.update(task, completed=scanned, total=total)
 
-        summary = _replay(spec, topic, target, limit, since_ms, max_replays, report)
+        summary = replay_workload_dead_letters(spec, target, limit, since_ms, max_replays, report)
     where = target if target is not None else "each dead letter's source topic"
     print(f"replayed {summary.replayed} dead letters of {workload} from {topic} to {where}")
     if summary.exhausted:

@@ -53,6 +53,7 @@ from orchestration.demo.report import (
     reconciliation_rows,
 )
 from orchestration.lake.backfill import RangeRun
+from orchestration.local.instance import local_platform
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
@@ -156,7 +157,7 @@ def demo_data(
 
 
 def demo_streams(bootstrap: str, pulsar_url: str) -> Streams:
-    """Load the example workloads with the brokers' addresses in their ``${...}``."""
+    """Load the example workloads, their default clusters on these brokers."""
     env = {**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "PULSAR_URL": pulsar_url}
     clicks, kafka_source = _load(SPEC, env, KafkaSourceSpec)
     orders, pulsar_source = _load(ORDERS_SPEC, env, PulsarSourceSpec)
@@ -279,7 +280,7 @@ def run_demo(
 
 def _load(path: Path, env: dict[str, str], kind: type[_Source]) -> tuple[WorkloadSpec, _Source]:
     """The spec and its source, which must be of ``kind`` (someone may have edited the file)."""
-    spec = load_spec(path, env=env)
+    spec = load_spec(path, env=env, platform=local_platform(env))
     if not isinstance(spec.source, kind):
         raise SpecError(str(path), "source.kind", f"the demo needs {kind.__name__} here")
     return spec, spec.source

@@ -18,13 +18,17 @@ Why each setting:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 
 from consumers.config.loading import state_dir
 from consumers.landing.files import default_lake
+
+if TYPE_CHECKING:
+    from consumers.config.platform import PlatformConfig
 
 #: Tag every Spark run launched by Lanehouse carries; at most ``SPARK_RUN_LIMIT`` run at once.
 SPARK_RUN_TAG: Final = "lanehouse/spark"
@@ -97,17 +101,29 @@ def _write_generated(path: Path, config: dict[str, Any]) -> None:
 UP_POOL_SIZE: Final = 1000
 
 
+def local_platform(env: Mapping[str, str]) -> PlatformConfig:
+    """The embedded brokers' platform config, whatever file there is: the default clusters
+    (the example workloads name them) at the addresses in ``env``, local pools."""
+    from consumers.config.platform import default_platform_config
+
+    return default_platform_config(env)
+
+
 def prepare_platform_config(state: Path) -> Path:
     """The platform config ``lanehouse up`` gives its runs: ``LANEHOUSE_CONFIG`` or
     ``./lanehouse.yaml`` if there is one, else ``<state>/lanehouse.yaml`` (rewritten each time)
-    declaring the ``default`` pool shared through ``<state>/permits.db``. Every consumer run is
-    its own process, so only a shared pool makes the limit hold across workloads."""
-    from consumers.config.platform import config_path, default_permits_url
+    declaring the ``default`` pool shared through ``<state>/permits.db`` and the default
+    clusters the example workloads name (addresses from the runs' environment). Every
+    consumer run is its own process, so only a shared pool makes the limit hold across
+    workloads."""
+    from consumers.config.platform import DEFAULT_CLUSTERS, config_path, default_permits_url
 
     given = config_path()
     if given is not None:
         return given.resolve()
     path = (state / "lanehouse.yaml").resolve()
     pools = {"default": {"size": UP_POOL_SIZE}}
-    _write_generated(path, {"permits": {"url": default_permits_url(state), "pools": pools}})
+    permits = {"url": default_permits_url(state), "pools": pools}
+    clusters = {name: dict(cluster) for name, cluster in DEFAULT_CLUSTERS.items()}
+    _write_generated(path, {"permits": permits, "clusters": clusters})
     return path

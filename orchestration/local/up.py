@@ -142,7 +142,7 @@ class Platform:
         from orchestration.workloads.registry import read_registry
 
         shop: dict[str, list[str]] = {}  # stream -> the shop options that feed it
-        for spec in read_registry(self.settings.workloads).specs():
+        for spec in read_registry(self.settings.workloads, env=self.env).specs():
             if not spec.enabled:
                 continue
             feed = self._shop_feed(spec)

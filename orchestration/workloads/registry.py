@@ -11,8 +11,8 @@ field, reason) and every valid file is kept.
   registered: picking one by file order would let a copied file silently replace a running
   workload's spec. The sensor holds such a workload as it is until one file is renamed.
 * **Cheap:** a :class:`SpecCache` remembers each file's outcome by its ``stat`` identity (mtime in
-  ns, size, inode) and the environment it was interpolated with, so an unchanged directory costs
-  one ``stat`` per file.
+  ns, size, inode), the platform config file's (the clusters a spec names live there) and the
+  environment it was interpolated with, so an unchanged directory costs one ``stat`` per file.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from consumers.config.loading import read_yaml_mapping, spec_files
+from consumers.config.platform import config_path
 from consumers.config.spec import WorkloadSpec, load_spec, spec_hash
 from consumers.errors import SpecError
 
@@ -68,7 +69,7 @@ class Registry:
 
 
 _Outcome = RegisteredWorkload | InvalidSpec
-_StatKey = tuple[int, int, int, int]
+_StatKey = tuple[int, int, int, int, tuple[int, ...]]
 
 
 @dataclass
@@ -112,14 +113,17 @@ def read_registry(
         raise FileNotFoundError(f"workloads directory {os.fspath(path)!r} does not exist")
     environ = os.environ if env is None else env
     env_key = hash(frozenset(environ.items()))
+    platform_key = _stat_key(config_path(environ))
     outcomes: list[_Outcome] = []
+    files: set[str] = set()
     for spec_file in spec_files([path]):
         file = str(spec_file)
         try:
             st = spec_file.stat()
         except FileNotFoundError:
             continue  # removed between listing and stat: it is gone
-        key = (st.st_mtime_ns, st.st_size, st.st_ino, env_key)
+        files.add(file)
+        key = (st.st_mtime_ns, st.st_size, st.st_ino, env_key, platform_key)
         outcome = cache.get(file, key) if cache is not None else None
         if outcome is None:
             outcome = _read_one(file, environ)
@@ -127,8 +131,17 @@ def read_registry(
                 cache.put(file, key, outcome)
         outcomes.append(outcome)
     if cache is not None:
-        cache.retain({outcome.file for outcome in outcomes})
+        cache.retain(files)
     return _registry(outcomes)
+
+
+def _stat_key(path: Path | None) -> tuple[int, ...]:
+    """The platform config file's identity; empty when there is none."""
+    try:
+        st = path.stat() if path is not None else None
+    except FileNotFoundError:
+        return ()
+    return () if st is None else (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
 def _read_one(file: str, env: Mapping[str, str]) -> _Outcome:

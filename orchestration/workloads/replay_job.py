@@ -2,14 +2,14 @@
 
     schedule dead_letter_replay (hourly, STOPPED until someone switches it on in the UI)
       └─► one ``replay_dead_letters`` run per workload (partition) whose spec opts in with
-          ``dead_letter: {scheduled_replay: true}`` (Kafka workloads; enabled ones only)
-            └─► consumers.dead_letters.replay.replay_dead_letters: republish the workload's dead
+          ``dead_letter: {scheduled_replay: true}`` (Kafka or Pulsar; enabled ones only)
+            └─► consumers.dead_letters.places.replay_workload_dead_letters: republish its dead
                 letters not yet replayed to their source topic, at most ``max_replays`` times
                 each; progress in the group ``lanehouse.<workload>.dlq-replay``
 
 Off by default twice over (the schedule and the spec flag): replaying a record that fails for a
 reason nobody fixed only sends it round again. The job can also be launched by hand from the
-launchpad for any Kafka workload with a dead-letter topic, whatever its flag. Two replays of one
+launchpad for any workload with a dead-letter topic, whatever its flag. Two replays of one
 workload must not overlap; the instance's tag limit on ``REPLAY_TAG`` (one run per value)
 serialises them (``REPLAY_RUN_TAG`` in :mod:`orchestration.local.instance`).
 """
@@ -32,9 +32,8 @@ from dagster import (
 )
 from pydantic import Field
 
-from consumers.config.sources import KafkaSourceSpec
 from consumers.config.spec import WorkloadSpec
-from consumers.dead_letters.replay import replay_client_config, replay_dead_letters
+from consumers.dead_letters.places import replay_workload_dead_letters
 from consumers.errors import LanehouseError
 from orchestration.local.instance import REPLAY_RUN_TAG
 from orchestration.workloads.job import find_workload
@@ -61,8 +60,6 @@ class ReplayConfig(Config):
 
 def replayable(spec: WorkloadSpec) -> str | None:
     """Why ``spec``'s dead letters cannot be replayed, or None when they can."""
-    if not isinstance(spec.source, KafkaSourceSpec):
-        return "it reads Pulsar: replay reads Kafka dead-letter topics only"
     if spec.dead_letter is None:
         return "its spec sets no dead_letter topic"
     return None
@@ -73,7 +70,7 @@ def replay(context: OpExecutionContext, config: ReplayConfig) -> None:
     name = context.partition_key
     path, spec = find_workload(workloads_dir(), name)
     dead_letter, source = spec.dead_letter, spec.source
-    if not isinstance(source, KafkaSourceSpec) or dead_letter is None:
+    if dead_letter is None:
         raise Failure(f"workload {name!r} ({path}): nothing to replay: {replayable(spec)}")
     target = source.topics[0] if len(source.topics) == 1 else None
     max_replays = config.max_replays or dead_letter.max_replays
@@ -82,14 +79,8 @@ def replay(context: OpExecutionContext, config: ReplayConfig) -> None:
         f"{target or 'each one source topic'} (max_replays {max_replays})"
     )
     try:
-        summary = replay_dead_letters(
-            source.bootstrap_servers,
-            dead_letter.topic,
-            name,
-            target,
-            limit=config.limit,
-            max_replays=max_replays,
-            client_config=replay_client_config(spec),
+        summary = replay_workload_dead_letters(
+            spec, target, limit=config.limit, max_replays=max_replays
         )
     except LanehouseError as exc:
         raise Failure(f"replay of {name} failed: {exc}") from exc
@@ -115,7 +106,7 @@ def replay_job() -> None:
     cron_schedule=REPLAY_CRON,
     job=replay_job,
     default_status=DefaultScheduleStatus.STOPPED,
-    description="Hourly once switched on: replays the dead letters of every enabled Kafka "
+    description="Hourly once switched on: replays the dead letters of every enabled "
     "workload whose spec sets dead_letter.scheduled_replay: true.",
 )
 def dead_letter_replay_schedule(
@@ -136,7 +127,7 @@ def dead_letter_replay_schedule(
         )
     if not requests:
         return SkipReason(
-            "no enabled Kafka workload (registered by the discovery sensor) sets "
+            "no enabled workload (registered by the discovery sensor) sets "
             "dead_letter.scheduled_replay: true"
         )
     return requests

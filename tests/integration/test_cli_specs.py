@@ -83,12 +83,12 @@ def test_validate_accepts_the_example_workloads() -> None:
     result = CliRunner().invoke(app, ["validate", "workloads"], env=env)
     assert result.exit_code == 0, result.output
     assert (
-        "ok  clickstream: kafka clickstream.events at kafka.example:9092, "
+        "ok  clickstream: kafka clickstream.events at kafka.example:9092 (cluster kafka), "
         "group lanehouse.clickstream (enabled)"
     ) in result.output
     assert (
-        "ok  orders: pulsar persistent://public/default/orders at pulsar://pulsar.example:6650, "
-        "shared subscription lanehouse.orders (enabled)"
+        "ok  orders: pulsar persistent://public/default/orders at pulsar://pulsar.example:6650 "
+        "(cluster pulsar), shared subscription lanehouse.orders (enabled)"
     ) in result.output
 
 

@@ -23,8 +23,11 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_no_file_means_every_pool_is_local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    assert load_platform_config(env={}) == PlatformConfig()
-    assert pool_factory(PlatformConfig()) is LocalPermitPool
+    config = load_platform_config(env={})
+    assert config.permits == PlatformConfig().permits
+    assert pool_factory(config) is LocalPermitPool
+    # ... and the clusters are the embedded brokers' defaults, which the example workloads name
+    assert sorted(config.clusters) == ["kafka", "pulsar"]
 
 
 def test_the_working_directory_file_and_env_references(

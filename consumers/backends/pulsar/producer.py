@@ -26,9 +26,15 @@ class PulsarProducer:
     """
 
     def __init__(
-        self, service_url: str, client_options: Mapping[str, Any], max_pending: int = 10_000
+        self,
+        service_url: str,
+        client_options: Mapping[str, Any],
+        max_pending: int = 10_000,
+        producer_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._client = pulsar.Client(service_url, **client_kwargs(client_options))
+        #: ``create_producer`` options over the defaults (batching every 5 ms).
+        self._options = {"batching_max_publish_delay_ms": 5, **(producer_options or {})}
         self._producers: dict[str, pulsar.Producer] = {}
         self._max_pending = max_pending
         self._pending = 0
@@ -91,8 +97,8 @@ class PulsarProducer:
     def _create(self, topic: str) -> pulsar.Producer:
         producer = self._client.create_producer(
             topic,
+            **self._options,
             batching_enabled=True,
-            batching_max_publish_delay_ms=5,
             block_if_queue_full=False,
             max_pending_messages=self._max_pending + 1,
         )
@@ -106,8 +112,17 @@ def _ignore(_err: str | None, _msg: Any) -> None:
 
 def pulsar_producer_factory(settings: PulsarSettings) -> ProducerFactory:
     """Outputs and dead letters of a Pulsar workload, on its own client."""
+    return pulsar_target_factory(settings.service_url, settings.client_options)
+
+
+def pulsar_target_factory(
+    service_url: str,
+    client_options: Mapping[str, Any],
+    producer_options: Mapping[str, Any] | None = None,
+) -> ProducerFactory:
+    """Producers on ``service_url`` (a named cluster's outputs or dead letters)."""
 
     def build() -> ProducerLike:
-        return PulsarProducer(settings.service_url, settings.client_options)
+        return PulsarProducer(service_url, client_options, producer_options=producer_options)
 
     return build
