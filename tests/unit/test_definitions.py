@@ -35,6 +35,9 @@ def test_definitions_load_with_topic_assets() -> None:
     kinds = {spec.key: spec.kinds for spec in defs.resolve_all_asset_specs()}
     assert kinds[AssetKey(["topics", "clickstream_events"])] == {"kafka"}
     assert kinds[AssetKey(["topics", "pulsar", "public", "default", "orders"])] == {"pulsar"}
+    # The jobs a person launches from the launchpad, one workload partition each.
+    for name in ("consume_workload", "replay_dead_letters", "rewind_workload"):
+        assert defs.resolve_job_def(name).partitions_def is not None
 
 
 def test_kafka_and_pulsar_topics_of_one_name_are_distinct_assets() -> None:
