@@ -8,12 +8,13 @@ the runner's bookkeeping around it, so the runner asks one object instead of fou
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Sequence
 
 from consumers.backends.base import Identify
 from consumers.clock import Clock
 from consumers.engine.partition import PartitionState
-from consumers.landing.files import SourceIdentity, clear_from
+from consumers.landing.files import SourceIdentity, clear_from, remove_stale_temporaries
 from consumers.landing.sink import LandingSettings, LandingSink
 
 log = logging.getLogger("lanehouse.engine")
@@ -33,14 +34,27 @@ class Lake:
 
     def prepare(self, parts: Sequence[PartitionState]) -> None:
         """Before the first record of ``parts`` is read (on the source's thread: it blocks):
-        look up the topics' current incarnation, and remove the landed files that the records
-        from each committed position on will be landed into again (keeping those a previous
-        owner completed; see :func:`consumers.landing.files.clear_from`)."""
+        look up the topics' current incarnation, remove temporary files a killed write left,
+        and remove the landed files that the records from each committed position on will be
+        landed into again (keeping those a previous owner completed; see
+        :func:`consumers.landing.files.clear_from`)."""
         if not parts:
             return
         self._identities.update(self._identify(sorted({p.topic for p in parts})))
         settings = self._settings
+        now = time.time()  # file times are wall-clock
         for part in parts:
+            stale = remove_stale_temporaries(
+                settings.lake, settings.dataset, self.identity(part.topic), part.partition, now
+            )
+            if stale:
+                log.info(
+                    "workload %s: %s[%d]: removed %d temporary files left by a killed write",
+                    self._name,
+                    part.topic,
+                    part.partition,
+                    stale,
+                )
             if part.committed is None:
                 continue  # nothing committed: a replay rewrites the same names (Spark dedups)
             removed = clear_from(

@@ -47,6 +47,7 @@ __all__ = [
     "landed_arrow_schema",
     "landed_path",
     "pack_pulsar_position",
+    "remove_stale_temporaries",
     "trim_from",
     "write_landed",
 ]
@@ -260,6 +261,39 @@ def trim_from(
             _write_atomically(path, kept)
             changed += 1
     return changed
+
+
+#: A temporary file this old was left by a writer that died mid-write: a write takes seconds.
+STALE_TEMPORARY_SECONDS: Final = 600.0
+
+
+def remove_stale_temporaries(
+    lake: Path,
+    dataset: str,
+    source: SourceIdentity,
+    partition: int,
+    now: float,
+    older_than: float = STALE_TEMPORARY_SECONDS,
+) -> int:
+    """Remove the partition's ``.tmp`` files older than ``older_than`` seconds at ``now`` (epoch
+    seconds, as file times are); return how many.
+
+    A kill during a write leaves one. Kafka's next write of that name replaces it, but a Pulsar
+    file's name holds a digest of its positions, which a replay may cut elsewhere, so nothing
+    else ever would. A young one may belong to a previous owner still finishing a write.
+    """
+    root = lake / "landed" / dataset
+    if not root.is_dir():
+        return 0
+    removed = 0
+    for path in root.glob(f"event_date=*/.{source.file_prefix()}-p{partition}-o*.tmp"):
+        try:
+            if now - path.stat().st_mtime >= older_than:
+                path.unlink()
+                removed += 1
+        except FileNotFoundError:
+            continue  # renamed or removed meanwhile
+    return removed
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -4,6 +4,7 @@ guarantee, and that records complete only once their file is in place."""
 from __future__ import annotations
 
 import asyncio
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -11,7 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from consumers.clock import ManualClock
-from consumers.landing.files import LandedRow, SourceIdentity, clear_from, landed_path
+from consumers.landing.files import (
+    LandedRow,
+    SourceIdentity,
+    clear_from,
+    landed_path,
+    remove_stale_temporaries,
+)
 from consumers.landing.sink import LandingSettings, LandingSink
 from tests.helpers import until
 
@@ -163,3 +170,30 @@ async def test_landed_files_are_taken_once_and_put_back_ones_come_first(tmp_path
     await h.settle()
     h.sink.put_back(taken[1:])  # a report that failed after taking them
     assert [f.first_offset for f in h.sink.take_landed()] == [2, 3, 4]
+
+
+def test_stale_temporary_files_of_a_partition_are_removed_young_and_other_ones_kept(
+    tmp_path: Path,
+) -> None:
+    """What a kill mid-write leaves: Pulsar names hold a content digest, so no later write of
+    the same name would ever replace it."""
+    now = datetime(2026, 11, 25, 12, tzinfo=UTC).timestamp()
+    pulsar = SourceIdentity("pulsar", "pulsar://127.0.0.1:6650", "persistent://t/n/orders", "")
+    day = datetime(2026, 11, 20, tzinfo=UTC).date()
+
+    def temporary(partition: int, first: int, age: float, source: SourceIdentity = pulsar) -> Path:
+        final = landed_path(tmp_path, "orders", day, source, partition, first, content="c0ffee")
+        final.parent.mkdir(parents=True, exist_ok=True)
+        path = final.with_name(f".{final.name}.tmp")
+        path.write_bytes(b"half a file")
+        os.utime(path, (now - age, now - age))
+        return path
+
+    stale = temporary(0, 100, age=3600)
+    young = temporary(0, 200, age=5)
+    other_partition = temporary(1, 100, age=3600)
+    other_source = temporary(0, 100, age=3600, source=SOURCE)
+    assert remove_stale_temporaries(tmp_path, "orders", pulsar, 0, now) == 1
+    assert not stale.exists()
+    assert young.exists() and other_partition.exists() and other_source.exists()
+    assert remove_stale_temporaries(tmp_path, "nothing_landed_yet", pulsar, 0, now) == 0
