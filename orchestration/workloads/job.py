@@ -35,6 +35,7 @@ thread: the engine's loop runs there, and so does the reporting task
 # No ``from __future__ import annotations``: Dagster reads the op's ``config`` annotation at
 # definition time and cannot resolve it from a string.
 import asyncio
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -71,6 +72,9 @@ from orchestration.workloads.names import (
 from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
 from orchestration.workloads.reporting import Reporter
 
+#: Seconds between a run's progress observations unless its run config or this variable says.
+OBSERVE_ENV: Final = "LANEHOUSE_OBSERVE_SECONDS"
+DEFAULT_OBSERVE_SECONDS: Final = 30.0
 #: How often the op reads its run's status (CANCELING: stop; CANCELED: stop at once).
 STATUS_POLL_SECONDS = 1.0
 #: How often an immediate stop checks whether the drain has begun.
@@ -83,9 +87,27 @@ class ConsumerRunConfig(Config):
     pool_size: int | None = Field(
         default=None, ge=1, description="Permits in the workload's pool (default: the engine's)."
     )
-    observe_every_seconds: float = Field(
-        default=30.0, gt=0, description="Seconds between progress observations of each topic."
+    observe_every_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="Seconds between progress observations of each topic (default "
+        f"${OBSERVE_ENV}, else {DEFAULT_OBSERVE_SECONDS:g}).",
     )
+
+    def observe_every(self) -> float:
+        """The configured interval, else ``LANEHOUSE_OBSERVE_SECONDS``, else 30 s."""
+        if self.observe_every_seconds is not None:
+            return self.observe_every_seconds
+        raw = os.environ.get(OBSERVE_ENV)
+        if raw is None:
+            return DEFAULT_OBSERVE_SECONDS
+        try:
+            seconds = float(raw)
+        except ValueError:
+            seconds = -1.0
+        if not 0 < seconds < float("inf"):
+            raise Failure(f"{OBSERVE_ENV}={raw!r}: expected a positive number of seconds")
+        return seconds
 
 
 # ---------------------------------------------------------------------------- finding the spec
@@ -321,6 +343,7 @@ def consume(context: OpExecutionContext, config: ConsumerRunConfig) -> None:
             f"{path} changed since this run was launched (spec {tagged}, now {digest}); "
             "running the current file"
         )
+    every = config.observe_every()
     pool_sizes = {spec.permits.pool: config.pool_size} if config.pool_size else None
     app = build_app([spec], pool_sizes, lake=lake_dir())
     stop = StopRequests(app, context)
@@ -329,11 +352,11 @@ def consume(context: OpExecutionContext, config: ConsumerRunConfig) -> None:
         f"workload {name}: starting from {path} (spec {digest}); topics "
         f"{', '.join(spec.source.topics)}; pool {spec.permits.pool!r}"
         f"{f' of {config.pool_size}' if config.pool_size else ''}; "
-        f"drain_timeout {spec.drain_timeout:g}s; observing every {config.observe_every_seconds:g}s"
+        f"drain_timeout {spec.drain_timeout:g}s; observing every {every:g}s"
     )
     try:
         summaries = event_loop.run(
-            serve(context, app, stop, reporter, config.observe_every_seconds)
+            serve(context, app, stop, reporter, every)
         )
     except Exception as exc:
         context.log.error(f"workload {name}: stopped by an error: {exc!r}")

@@ -155,7 +155,7 @@ def test_terminate_from_the_ui_then_relaunch_resumes(tmp_path: Path, page: objec
                 return None
             return int(sum(p["records_completed"] for p in workload["progress"]))
 
-        wait_until(lambda: first_report() is not None, timeout=90, interval=2)
+        wait_until(lambda: (first_report() or 0) > 0, timeout=90, interval=2)
         handled = first_report() or 0
         assert handled > 0
         wait_until(

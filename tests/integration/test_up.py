@@ -59,9 +59,12 @@ def test_up_runs_every_workload_and_sigterm_stops_runs_first(tmp_path: Path) -> 
         up.wait_all_running()
         first = up.started()
         # `lanehouse workloads` reads the instance: each workload's run, then the engine's
-        # first progress report (observations come every 30 s) and a fresh heartbeat.
+        # first progress report with records done (every 5 s here) and a fresh heartbeat.
         wait_until(
-            lambda: all(w["progress"] for w in up.workloads().values()),
+            lambda: all(
+                sum(p["records_completed"] for p in w["progress"]) > 0
+                for w in up.workloads().values()
+            ),
             timeout=90,
             interval=2,
             message="every workload reports progress",

@@ -201,3 +201,21 @@ def test_the_lake_start_comes_from_the_environment(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("LANEHOUSE_LAKE_START", "June 1st")
     with pytest.raises(ValueError, match="LANEHOUSE_LAKE_START must be a date like 2026-01-01"):
         lake_partitions()
+
+
+def test_the_observation_interval_comes_from_the_run_config_then_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dagster import Failure
+
+    from orchestration.workloads.job import ConsumerRunConfig
+
+    monkeypatch.delenv("LANEHOUSE_OBSERVE_SECONDS", raising=False)
+    assert ConsumerRunConfig().observe_every() == 30.0
+    monkeypatch.setenv("LANEHOUSE_OBSERVE_SECONDS", "5")
+    assert ConsumerRunConfig().observe_every() == 5.0
+    assert ConsumerRunConfig(observe_every_seconds=0.5).observe_every() == 0.5
+    for bad in ("0", "-1", "soon", "inf"):
+        monkeypatch.setenv("LANEHOUSE_OBSERVE_SECONDS", bad)
+        with pytest.raises(Failure, match="LANEHOUSE_OBSERVE_SECONDS"):
+            ConsumerRunConfig().observe_every()
