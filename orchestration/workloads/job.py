@@ -355,9 +355,7 @@ def consume(context: OpExecutionContext, config: ConsumerRunConfig) -> None:
         f"drain_timeout {spec.drain_timeout:g}s; observing every {every:g}s"
     )
     try:
-        summaries = event_loop.run(
-            serve(context, app, stop, reporter, every)
-        )
+        summaries = event_loop.run(serve(context, app, stop, reporter, every))
     except Exception as exc:
         context.log.error(f"workload {name}: stopped by an error: {exc!r}")
         raise
