@@ -108,6 +108,8 @@ class Platform:
             "LANEHOUSE_LAKE": str(lake_dir(s.state)),
             # One permit pool across every consumer run (each is its own process).
             "LANEHOUSE_CONFIG": str(prepare_platform_config(s.state)),
+            # Each consumer run writes a Prometheus file_sd target here while it runs.
+            "LANEHOUSE_PROMETHEUS_TARGETS": str((s.state / "prometheus").resolve()),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
         }
         self._start_producers()
@@ -127,6 +129,11 @@ class Platform:
         self._wait_for_ui()
         self.ensure_sensor_running()
         self.say(f"Dagster UI: {self.ui_url}  (DAGSTER_HOME={self.home})")
+        targets = self.env["LANEHOUSE_PROMETHEUS_TARGETS"]
+        self.say(
+            "Consumer runs serve /metrics, /healthz and /tap (address in each run's "
+            f"lanehouse/http tag); Prometheus: file_sd_configs: [{{files: ['{targets}/*.json']}}]"
+        )
 
     def _log(self, name: str) -> Any:
         logs = self.settings.state / "logs"

@@ -63,6 +63,7 @@ from consumers.errors import SpecError
 from consumers.service.app import ConsumerApp, WorkloadSummary
 from consumers.service.launch import build_app
 from orchestration.local.instance import lake_dir
+from orchestration.workloads.endpoints import run_endpoints
 from orchestration.workloads.heartbeat import HEARTBEAT_SECONDS, write_heartbeat
 from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,
@@ -355,7 +356,9 @@ def consume(context: OpExecutionContext, config: ConsumerRunConfig) -> None:
         f"drain_timeout {spec.drain_timeout:g}s; observing every {every:g}s"
     )
     try:
-        summaries = event_loop.run(serve(context, app, stop, reporter, every))
+        with run_endpoints(context, app, name) as url:
+            reporter.link(url)
+            summaries = event_loop.run(serve(context, app, stop, reporter, every))
     except Exception as exc:
         context.log.error(f"workload {name}: stopped by an error: {exc!r}")
         raise

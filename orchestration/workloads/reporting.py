@@ -10,7 +10,13 @@ from __future__ import annotations
 import hashlib
 from typing import Final
 
-from dagster import AssetKey, AssetMaterialization, AssetObservation, OpExecutionContext
+from dagster import (
+    AssetKey,
+    AssetMaterialization,
+    AssetObservation,
+    MetadataValue,
+    OpExecutionContext,
+)
 
 from consumers.config.spec import WorkloadSpec, spec_hash
 from consumers.landing.sink import LandedFile
@@ -112,6 +118,11 @@ class Reporter:
         self._since = app.clock.now()
         self._completed = 0
         self._digest = spec_hash(spec)
+        self._links: dict[str, MetadataValue] = {}
+
+    def link(self, url: str | None) -> None:
+        """The run's HTTP endpoints, a link in every observation (None: it serves none)."""
+        self._links = {"metrics": MetadataValue.url(f"{url}/metrics")} if url else {}
 
     async def every(self, seconds: float) -> None:
         while True:
@@ -131,7 +142,7 @@ class Reporter:
         throughput = (completed - self._completed) / elapsed if elapsed > 0 else 0.0
         self._since, self._completed = now, completed
         for topic, key in self._keys.items():
-            metadata = topic_metadata(snap, topic, throughput, status)
+            metadata = {**topic_metadata(snap, topic, throughput, status), **self._links}
             self._context.log_event(AssetObservation(asset_key=key, metadata=metadata))
         landing = self._app.runners[self._name].landing
         if landing is not None:

@@ -7,10 +7,12 @@ process (from a helper thread, while the op runs on the main thread). Handlers r
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -183,6 +185,10 @@ class Run:
     started: list[tuple[int, int]]
     finished: list[tuple[int, int]]
     cancelled: list[tuple[int, int]]
+    #: What the run's HTTP endpoints and its Prometheus target file said while it ran, and the
+    #: target files left after it ended.
+    scraped: dict[str, Any]
+    targets_after: list[str]
 
 
 def execute(instance: DagsterInstance, name: str, **config: Any) -> ExecuteInProcessResult:
@@ -261,8 +267,32 @@ def graceful_run(
                 records = inst.fetch_observations(key, limit=1).records
                 return bool(records) and _metadata(records[0])["lag"] is not None
 
+            targets = tmp_path_factory.mktemp("prometheus")
+            mp.setenv("LANEHOUSE_PROMETHEUS_TARGETS", str(targets))
+            scraped: dict[str, Any] = {}
+
+            def scrape() -> bool:
+                """GET the running run's endpoints at the address in its tags, once."""
+                run = active_run(inst)
+                url = run.tags.get("lanehouse/http") if run is not None else None
+                if url is None:
+                    return False
+                if not scraped:
+                    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as reply:
+                        scraped["metrics"] = reply.read().decode()
+                    with urllib.request.urlopen(f"{url}/healthz", timeout=5) as reply:
+                        scraped["healthz"] = (reply.status, json.loads(reply.read()))
+                    files = sorted(targets.glob("*.json"))
+                    scraped["targets"] = [json.loads(f.read_text()) for f in files]
+                    scraped["url"] = url
+                return True
+
             operator = Operator(
-                inst, (lambda: len(job_handlers.finished) >= 200 and lag_observed(), "terminate")
+                inst,
+                (
+                    lambda: len(job_handlers.finished) >= 200 and lag_observed() and scrape(),
+                    "terminate",
+                ),
             )
             operator.start()
             result = execute(inst, "orders")
@@ -279,6 +309,8 @@ def graceful_run(
             list(job_handlers.started),
             list(job_handlers.finished),
             list(job_handlers.cancelled),
+            scraped,
+            sorted(p.name for p in targets.glob("*.json")),
         )
 
 
@@ -301,6 +333,27 @@ def test_terminate_drains_commits_and_ends_the_run_canceled(
     assert committed == {p: first_unhandled(p, finished) for p in range(PARTITIONS)}
 
 
+def test_the_run_serves_metrics_and_health_at_the_address_in_its_tags(graceful_run: Run) -> None:
+    run = graceful_run.instance.get_run_by_id(graceful_run.result.run_id)
+    assert run is not None
+    scraped = graceful_run.scraped
+    url = run.tags["lanehouse/http"]
+    assert scraped["url"] == url and url.startswith("http://127.0.0.1:")
+    assert 'lanehouse_records_completed_total{workload="orders"}' in scraped["metrics"]
+    status, health = scraped["healthz"]
+    assert status == 200 and health["workloads"]["orders"]["ready"] is True, health
+    # Prometheus found the run through its file_sd target while it ran; the file went with it.
+    address = url.removeprefix("http://")
+    assert scraped["targets"] == [
+        [{"targets": [address], "labels": {"workload": "orders", "dagster_run_id": run.run_id}}]
+    ]
+    assert graceful_run.targets_after == []
+    # And the topic's observations link to it.
+    key = AssetKey(topic_asset_key(graceful_run.topic))
+    [record] = graceful_run.instance.fetch_observations(key, limit=1).records
+    assert _metadata(record)["metrics"] == f"{url}/metrics"
+
+
 def test_observations_report_progress_on_the_topic_asset(graceful_run: Run) -> None:
     key = AssetKey(topic_asset_key(graceful_run.topic))
     records = graceful_run.instance.fetch_observations(key, limit=1000).records
@@ -308,7 +361,7 @@ def test_observations_report_progress_on_the_topic_asset(graceful_run: Run) -> N
     assert {r.run_id for r in records} == {graceful_run.result.run_id}
     metadata = [_metadata(r) for r in records]
     for entry in metadata:
-        assert set(entry) == OBSERVATION_KEYS
+        assert set(entry) == OBSERVATION_KEYS | {"metrics"}  # the run's endpoint, a link
         assert entry["workload"] == "orders"
     final, *earlier = metadata  # newest first
     assert final["status"] == "stopped"

@@ -6,9 +6,11 @@ declared dead by their silent heartbeats and their workloads start again."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -81,6 +83,16 @@ def test_up_runs_every_workload_and_sigterm_stops_runs_first(tmp_path: Path) -> 
             assert 0 <= workload["heartbeat_age"] < 60, workload
             assert [p["topic"] for p in workload["progress"]] == workload["topics"]
             assert sum(p["records_completed"] for p in workload["progress"]) > 0, workload
+        # Every consumer run serves its metrics; Prometheus finds them through file_sd targets.
+        assert "file_sd_configs" in up.log()
+        targets = [json.loads(p.read_text()) for p in (up.state / "prometheus").glob("*.json")]
+        by_workload = {t[0]["labels"]["workload"]: t[0]["targets"][0] for t in targets}
+        assert set(by_workload) == set(WORKLOADS), targets
+        for workload, address in by_workload.items():
+            with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
+                assert f'lanehouse_records_completed_total{{workload="{workload}"}}' in (
+                    reply.read().decode()
+                )
         first["clickstream"] = rewind_clickstream(up, first["clickstream"])
         up.stop(proc)
     log = up.log()

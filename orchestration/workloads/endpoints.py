@@ -1,0 +1,81 @@
+"""A consumer run's HTTP endpoints (``/metrics``, ``/healthz``, ``/tap/<workload>``) and how
+Prometheus finds them.
+
+Every consumer run serves them on a free port (many runs share a machine, so no fixed port),
+records the address as the run tag ``lanehouse/http`` and in its progress observations, and,
+when ``LANEHOUSE_PROMETHEUS_TARGETS`` names a directory, writes a Prometheus ``file_sd`` target
+file there for as long as it runs (``lanehouse up`` sets it to ``<state>/prometheus``):
+
+    scrape_configs:
+      - job_name: lanehouse
+        file_sd_configs: [{files: ["<state>/prometheus/*.json"]}]
+
+``LANEHOUSE_RUN_HTTP_HOST`` is the address to bind (default ``127.0.0.1``; ``0.0.0.0`` in a
+container, ``off`` for none), ``LANEHOUSE_RUN_HTTP_ADVERTISE`` the host name put in the address
+(default: the bound address, or the machine's name when bound to every interface).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from consumers.service.http import Server, serve
+
+if TYPE_CHECKING:
+    from dagster import OpExecutionContext
+
+    from consumers.service.app import ConsumerApp
+
+__all__ = ["HTTP_TAG", "TARGETS_ENV", "run_endpoints"]
+
+HTTP_TAG: Final = "lanehouse/http"
+HOST_ENV: Final = "LANEHOUSE_RUN_HTTP_HOST"
+ADVERTISE_ENV: Final = "LANEHOUSE_RUN_HTTP_ADVERTISE"
+TARGETS_ENV: Final = "LANEHOUSE_PROMETHEUS_TARGETS"
+_EVERY_INTERFACE: Final = ("0.0.0.0", "::")
+
+
+@contextmanager
+def run_endpoints(
+    context: OpExecutionContext, app: ConsumerApp, workload: str
+) -> Iterator[str | None]:
+    """Serve the run's endpoints while inside; yields their base URL (None when switched off)."""
+    host = os.environ.get(HOST_ENV, "127.0.0.1").strip() or "127.0.0.1"
+    if host == "off":
+        yield None
+        return
+    server: Server = serve(app, 0, host)
+    advertised = os.environ.get(ADVERTISE_ENV, "").strip() or (
+        socket.gethostname() if host in _EVERY_INTERFACE else host
+    )
+    address = f"{advertised}:{server.port}"
+    url = f"http://{address}"
+    target = _write_target(context.run_id, workload, address)
+    try:
+        context.instance.add_run_tags(context.run_id, {HTTP_TAG: url})
+        context.log.info(f"workload {workload}: {url}/metrics, {url}/healthz, {url}/tap/{workload}")
+        yield url
+    finally:
+        server.shutdown()
+        if target is not None:
+            target.unlink(missing_ok=True)
+
+
+def _write_target(run_id: str, workload: str, address: str) -> Path | None:
+    """A ``file_sd`` file naming this run's address, written atomically; None when not asked."""
+    directory = os.environ.get(TARGETS_ENV, "").strip()
+    if not directory:
+        return None
+    path = Path(directory) / f"{run_id}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    labels = {"workload": workload, "dagster_run_id": run_id}
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(json.dumps([{"targets": [address], "labels": labels}]))
+    temporary.replace(path)
+    return path
