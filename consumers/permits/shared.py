@@ -170,7 +170,9 @@ class SharedPermitPool(PermitPool):
         self._reported_at = now
         reports = []
         for c in self.clients:
-            if c.waiting and c.held >= c.limit:
+            # Held back by the pool: at its lease, below its own concurrency (at its concurrency
+            # it waits for its records, not for a permit).
+            if c.waiting and c.held >= c.limit and c.limit < c.cap:
                 self._wait_seconds[c.name] += elapsed
             demand = min(c.cap, c.held + max(self._pending[c.name](), 0))
             reports.append(

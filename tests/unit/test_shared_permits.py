@@ -37,10 +37,12 @@ def store(tmp_path: Path) -> FlakyStore:
 class Flood:
     """A workload with endless work: takes every permit it may, gives back what it must."""
 
-    def __init__(self, pool: SharedPermitPool, name: str, weight: float = 1.0) -> None:
+    def __init__(
+        self, pool: SharedPermitPool, name: str, weight: float = 1.0, cap: int = 100
+    ) -> None:
         self.pool = pool
         self.client: PermitClient = pool.register(
-            name, weight, 100, self._on_grant, pending=lambda: 100
+            name, weight, cap, self._on_grant, pending=lambda: 100
         )
         self.peak = 0
 
@@ -108,5 +110,34 @@ async def test_a_lost_database_stops_new_permits_when_the_lease_ends(store: Flak
         assert w.client.held == 0
         store.down = False
         await until(lambda: w.client.limit == 10)
+    finally:
+        await p.stop()
+
+
+async def test_waited_counts_only_the_time_the_pool_held_a_workload_back(
+    store: FlakyStore,
+) -> None:
+    """At its own concurrency a workload waits for its records, not for the pool: only the one
+    the pool keeps below its concurrency has waited for permits."""
+    p = pool(store, "h1")
+    small, big = Flood(p, "small", cap=4), Flood(p, "big", cap=100)
+    await p.start()
+
+    def waited() -> dict[str, float]:
+        return {lease.workload: lease.wait_seconds for lease in store.status()[0].leases}
+
+    try:
+
+        async def drive() -> None:
+            while True:
+                small.step()
+                big.step()
+                await asyncio.sleep(0.005)
+
+        driver = asyncio.ensure_future(drive())
+        await until(lambda: (small.client.held, big.client.held) == (4, 6))
+        await until(lambda: waited().get("big", 0.0) >= 0.3)
+        assert waited()["small"] == 0.0
+        driver.cancel()
     finally:
         await p.stop()
