@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
@@ -42,27 +43,29 @@ def pools_table(pools: list[PoolStatus]) -> Group:
             title=f"pool {pool.pool}: size {pool.size}, granted {granted}, in use {in_use}, "
             f"demand {demand}",
             title_justify="left",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            caption="use: permits in use, grant: leased, want: demand (up to cap), wait s: "
+            "seconds held back by the pool, ttl s: lease left (negative: expired)",
+            caption_justify="left",
         )
-        for column in ("workload", "holder", "weight", "in use", "granted", "demand", "cap"):
-            table.add_column(
-                column, justify="left" if column in ("workload", "holder") else "right"
-            )
-        table.add_column("waited s", justify="right")
-        table.add_column("lease", justify="right")
+        # Fits 80 columns: the holder goes under its workload, and only those two may wrap.
+        table.add_column("workload / holder", overflow="fold", ratio=1)
+        for column in ("weight", "use", "grant", "want", "cap", "wait s", "ttl s"):
+            table.add_column(column, justify="right", no_wrap=True)
         for lease in pool.leases:
             expired = lease.expires_in <= 0
+            who = Text(lease.workload)
+            who.append(f"\n{lease.holder}", style="dim")
             table.add_row(
-                lease.workload,
-                lease.holder,
+                who,
                 f"{lease.weight:g}",
                 str(lease.in_use),
                 str(lease.granted),
                 str(lease.demand),
                 str(lease.cap),
                 f"{lease.wait_seconds:.1f}",
-                f"expired {-lease.expires_in:.1f} s ago"
-                if expired
-                else f"{lease.expires_in:.1f} s left",
+                f"-{-lease.expires_in:.0f}" if expired else f"{lease.expires_in:.0f}",
                 style="dim" if expired else None,
             )
         tables.append(table)

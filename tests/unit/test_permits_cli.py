@@ -58,3 +58,27 @@ def test_bad_config_and_json_with_watch_are_usage_errors(tmp_path: Path, config:
         app, ["permits", "status", "--config", str(config), "--json", "--watch"]
     )
     assert result.exit_code == 2
+
+
+def test_the_table_fits_80_columns_without_cutting_names(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'permits.db'}"
+    store = PermitStore(url)
+    store.declare_pools({"payments-api": 40})
+    holder = "worker-7.prod.example.internal:123456:0123456789abcdef"
+    store.renew(
+        "payments-api", holder, [LeaseReport("payments-refunds-eu", 2.0, 50, 8, 3, 3, 1.5)], 60
+    )
+    path = tmp_path / "lanehouse.yaml"
+    path.write_text(f"permits:\n  url: {url}\n  pools: {{payments-api: {{size: 40}}}}\n")
+    result = CliRunner().invoke(
+        app, ["permits", "status", "--config", str(path)], env={"COLUMNS": "80"}
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "…" not in result.output
+    assert any(line.split()[:2] == ["payments-refunds-eu", "2"] for line in lines if line.strip())
+    # The holder may wrap inside its column, but every character of it is there, in order.
+    assert holder in "".join(
+        line.split()[0] for line in lines if line.strip() and line.startswith(" ")
+    )
