@@ -27,7 +27,7 @@ import functools
 import hashlib
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import date
@@ -219,18 +219,27 @@ def clear_from(
     its commit metadata, so the engine skips them and would never land them again. A file is
     completed all at once, so its first offset stands for all of its records.
     """
-    root = lake / "landed" / dataset
-    if not root.is_dir():
-        return 0
-    pattern = re.compile(re.escape(f"{source.file_prefix()}-p{partition}-o") + r"(\d+)\.parquet")
     removed = 0
-    for path in root.glob(f"event_date=*/{source.file_prefix()}-p{partition}-o*.parquet"):
-        match = pattern.fullmatch(path.name)
-        first = int(match.group(1)) if match is not None else -1
+    for path, first in _offset_named(lake, dataset, source, partition):
         if first >= position and first not in keep:
             path.unlink(missing_ok=True)
             removed += 1
     return removed
+
+
+def _offset_named(
+    lake: Path, dataset: str, source: SourceIdentity, partition: int
+) -> Iterator[tuple[Path, int]]:
+    """The partition's landed files named by their first offset alone, with that offset (files
+    named with a content digest as well, Pulsar's, are never replaced or cut)."""
+    root = lake / "landed" / dataset
+    if not root.is_dir():
+        return
+    pattern = re.compile(re.escape(f"{source.file_prefix()}-p{partition}-o") + r"(\d+)\.parquet")
+    for path in root.glob(f"event_date=*/{source.file_prefix()}-p{partition}-o*.parquet"):
+        match = pattern.fullmatch(path.name)
+        if match is not None:
+            yield path, int(match.group(1))
 
 
 def trim_from(
@@ -246,14 +255,9 @@ def trim_from(
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    root = lake / "landed" / dataset
-    if not root.is_dir():
-        return 0
-    pattern = re.compile(re.escape(f"{source.file_prefix()}-p{partition}-o") + r"(\d+)\.parquet")
     changed = 0
-    for path in root.glob(f"event_date=*/{source.file_prefix()}-p{partition}-o*.parquet"):
-        match = pattern.fullmatch(path.name)
-        if match is None or int(match.group(1)) >= position:
+    for path, first in _offset_named(lake, dataset, source, partition):
+        if first >= position:
             continue
         table = pq.read_table(path)
         kept = table.filter(pc.less(table["_offset"], position))
