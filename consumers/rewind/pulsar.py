@@ -22,6 +22,7 @@ from typing import Any, Final
 
 import pulsar
 
+from consumers.backends.pulsar.client import client_kwargs
 from consumers.config.sources import PulsarSourceSpec
 from consumers.config.spec import WorkloadSpec
 from consumers.rewind.plan import Move, RewindPlan, RewindRefused
@@ -47,7 +48,7 @@ def rewind_pulsar(
     if not isinstance(source, PulsarSourceSpec):
         raise TypeError(f"workload {spec.name!r} reads Kafka")
     deadline = time.monotonic() + timeout
-    client = pulsar.Client(source.service_url, **source.client_options())
+    client = pulsar.Client(source.service_url, **client_kwargs(source.client_options()))
     try:
         moves = tuple(
             _rewind_topic(client, source, topic, target, dry_run, deadline)
