@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 from rich.console import Console
 
 from consumers.backends.kafka import committed_offsets, log_end_offsets
+from consumers.config.platform import default_platform_config
 from consumers.config.sources import KafkaSourceSpec, PulsarSourceSpec
 from consumers.config.spec import WorkloadSpec, load_spec
 from consumers.dev.embedded.pulsar import start_pulsar_lite
@@ -53,7 +54,6 @@ from orchestration.demo.report import (
     reconciliation_rows,
 )
 from orchestration.lake.backfill import RangeRun
-from orchestration.local.instance import local_platform
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
@@ -280,7 +280,7 @@ def run_demo(
 
 def _load(path: Path, env: dict[str, str], kind: type[_Source]) -> tuple[WorkloadSpec, _Source]:
     """The spec and its source, which must be of ``kind`` (someone may have edited the file)."""
-    spec = load_spec(path, env=env, platform=local_platform(env))
+    spec = load_spec(path, env=env, platform=default_platform_config(env))
     if not isinstance(spec.source, kind):
         raise SpecError(str(path), "source.kind", f"the demo needs {kind.__name__} here")
     return spec, spec.source

@@ -18,17 +18,13 @@ Why each setting:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import yaml
 
 from consumers.config.loading import state_dir
 from consumers.landing.files import default_lake
-
-if TYPE_CHECKING:
-    from consumers.config.platform import PlatformConfig
 
 #: Tag every Spark run launched by Lanehouse carries; at most ``SPARK_RUN_LIMIT`` run at once.
 SPARK_RUN_TAG: Final = "lanehouse/spark"
@@ -99,14 +95,6 @@ def _write_generated(path: Path, config: dict[str, Any]) -> None:
 
 #: The shared pool every workload of ``lanehouse up`` draws from unless a config file says more.
 UP_POOL_SIZE: Final = 1000
-
-
-def local_platform(env: Mapping[str, str]) -> PlatformConfig:
-    """The embedded brokers' platform config, whatever file there is: the default clusters
-    (the example workloads name them) at the addresses in ``env``, local pools."""
-    from consumers.config.platform import default_platform_config
-
-    return default_platform_config(env)
 
 
 def prepare_platform_config(state: Path) -> Path:
