@@ -29,6 +29,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from consumers.backends.kafka import kafka_identities, producer_properties
+from consumers.config.sources import KafkaSourceSpec
 from consumers.config.spec import WorkloadSpec
 from consumers.landing.files import trim_from
 from consumers.rewind.plan import Move, RewindPlan, RewindRefused
@@ -55,7 +56,7 @@ def kafka_members(spec: WorkloadSpec, timeout: float = 10.0) -> list[str]:
     """The group's live members as ``client_id@host``; a group in a live state that lists no
     member (Tansu never lists them) is one entry saying so."""
     admin = AdminClient(producer_properties(spec.client_config()))
-    group = spec.source.group if spec.source.kind == "kafka" else ""
+    group = _group(spec)
     try:
         description = admin.describe_consumer_groups([group], request_timeout=timeout)[
             group
@@ -100,7 +101,7 @@ def plan_kafka_rewind(
     return RewindPlan(
         workload=spec.name,
         kind="kafka group",
-        group=spec.source.group if spec.source.kind == "kafka" else "",
+        group=_group(spec),
         target=target.describe(),
         moves=tuple(moves),
     )
@@ -146,6 +147,12 @@ def apply_kafka_rewind(
             for m in moves
         ]
     return plan.model_copy(update={"applied": True, "moves": tuple(moves)})
+
+
+def _group(spec: WorkloadSpec) -> str:
+    if not isinstance(spec.source, KafkaSourceSpec):
+        raise TypeError(f"workload {spec.name!r} reads Pulsar")
+    return spec.source.group
 
 
 class _Reader:

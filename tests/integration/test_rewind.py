@@ -55,6 +55,14 @@ def kafka_spec(broker: TansuBroker, topic: str) -> dict[str, object]:
     }
 
 
+def declare(tmp_path: Path, data: dict[str, object]) -> tuple[WorkloadSpec, Path, Path]:
+    """The spec, a workloads directory holding it as its one file, and a state dir beside it."""
+    specs, state = tmp_path / "workloads", tmp_path / "state"
+    specs.mkdir()
+    (specs / "rewound.yaml").write_text(yaml.safe_dump(data))
+    return WorkloadSpec.model_validate(data), specs, state
+
+
 def cli(*args: str, specs: Path, state: Path) -> Result:
     """The command in this process (the engine's handler list is this module's)."""
     command = ["workloads", "rewind", *args, "--specs", str(specs), "--state-dir", str(state)]
@@ -66,10 +74,7 @@ async def test_kafka_rewind_by_time_handles_from_there_again_and_keeps_the_lake_
 ) -> None:
     topic, count = topic_factory(2), 10_000
     stamps = produce_days(kafka_broker.bootstrap, topic, count, 2)
-    specs, state = tmp_path / "workloads", tmp_path / "state"
-    specs.mkdir()
-    (specs / "rewound.yaml").write_text(yaml.safe_dump(kafka_spec(kafka_broker, topic)))
-    spec = WorkloadSpec.model_validate(kafka_spec(kafka_broker, topic))
+    spec, specs, state = declare(tmp_path, kafka_spec(kafka_broker, topic))
     lake = state / "lake"
     HANDLED.clear()
     await build_app([spec], lake=lake).run(until_idle=1.0)
@@ -111,10 +116,7 @@ def test_bad_input_is_refused_and_changes_nothing(
 ) -> None:
     topic = topic_factory(2)
     produce_days(kafka_broker.bootstrap, topic, 100, 2)
-    specs, state = tmp_path / "workloads", tmp_path / "state"
-    specs.mkdir()
-    (specs / "rewound.yaml").write_text(yaml.safe_dump(kafka_spec(kafka_broker, topic)))
-    spec = WorkloadSpec.model_validate(kafka_spec(kafka_broker, topic))
+    spec, specs, state = declare(tmp_path, kafka_spec(kafka_broker, topic))
 
     unknown = cli("nobody", "--to", "earliest", specs=specs, state=state)
     assert unknown.exit_code == 2 and "no workload named 'nobody'" in unknown.output
@@ -192,14 +194,10 @@ def test_a_disabled_workload_can_be_rewound_before_it_is_enabled_again(
 ) -> None:
     topic = topic_factory(1)
     produce_days(kafka_broker.bootstrap, topic, 10, 1)
-    specs, state = tmp_path / "workloads", tmp_path / "state"
-    specs.mkdir()
-    disabled = {**kafka_spec(kafka_broker, topic), "enabled": False}
-    (specs / "rewound.yaml").write_text(yaml.safe_dump(disabled))
+    spec, specs, state = declare(tmp_path, {**kafka_spec(kafka_broker, topic), "enabled": False})
     done = cli("rewound", "--to", "latest", specs=specs, state=state)
     assert done.exit_code == 0, done.output
     assert f"{topic}[0]: nothing committed -> 10, 0 handled again" in done.output
-    spec = WorkloadSpec.model_validate(disabled)
     assert committed_offsets(kafka_broker.bootstrap, spec.source.group, topic, 1) == {0: 10}
 
 
