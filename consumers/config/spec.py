@@ -41,6 +41,7 @@ from consumers.config.loading import (
 )
 from consumers.config.names import Name
 from consumers.config.platform import PlatformConfig, load_platform_config
+from consumers.config.replicas import Replicas, replica_problem
 from consumers.config.sections import (
     BatchSpec,
     DeadLetterSpec,
@@ -118,6 +119,8 @@ class WorkloadSpec(FrozenModel):
     processes: int = Field(default=0, ge=0)
     #: ``executor: process``: the most bytes of keys, values and headers one call may send.
     max_handoff_bytes: int = Field(default=MAX_HANDOFF_BYTES, ge=1)
+    #: How many processes (runs under Dagster) consume it together: fixed, or autoscaled on lag.
+    replicas: Replicas = Replicas()
     #: The named clusters this spec uses, copied from the platform config when it was loaded.
     clusters: dict[Name, Cluster] = Field(default_factory=dict)
 
@@ -128,6 +131,22 @@ class WorkloadSpec(FrozenModel):
         if executor != "process":
             raise ValueError(f"only for executor: process (this workload's is {executor})")
         return value
+
+    @field_validator("replicas")
+    @classmethod
+    def _check_replicas(cls, replicas: Replicas, info: ValidationInfo) -> Replicas:
+        source = info.data.get("source")
+        if source is None or isinstance(source, KafkaSourceSpec):
+            return replicas
+        if replicas.autoscaled:
+            raise ValueError(
+                "autoscaling reads the lag of a Kafka consumer group from the broker; a Pulsar "
+                "workload takes a fixed count (replicas: N)"
+            )
+        problem = replica_problem(source.subscription_type, info.data.get("ordering", "key"))
+        if replicas.max > 1 and problem is not None:
+            raise ValueError(problem)
+        return replicas
 
     @field_validator("dead_letter", "output")
     @classmethod
@@ -163,6 +182,7 @@ class WorkloadSpec(FrozenModel):
             )
         self._check_clusters()
         return self
+
 
     def _check_clusters(self) -> None:
         sinks = [sink for sink in (self.output, self.dead_letter) if sink is not None]
@@ -225,8 +245,10 @@ class WorkloadSpec(FrozenModel):
 
 def spec_hash(spec: WorkloadSpec) -> str:
     """A stable 16-hex-digit digest of the validated spec, the clusters it names included (a
-    rotated password changes it); a secret enters only as its sha256."""
+    rotated password changes it) and ``replicas`` left out; a secret enters only as its sha256."""
     data = spec.model_dump()
+    # How many run it does not change what each one does: scaling never restarts a replica.
+    del data["replicas"]
     # Left out while unset, so a spec naming no cluster keeps the hash it had before clusters.
     if not data["clusters"]:
         del data["clusters"]

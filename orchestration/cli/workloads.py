@@ -136,7 +136,7 @@ def workloads_list(
         return
     console = _console()
     table = Table(title=Text(f"workloads (discovery sensor {_sensor_text(sensor)})"))
-    for column in ("workload", "source", "phase", "run", "status"):
+    for column in ("workload", "source", "phase", "replicas", "run", "status"):
         table.add_column(column, no_wrap=True)
     for column in ("msg/s", "lag", "in flight"):
         table.add_column(column, justify="right", no_wrap=True)
@@ -151,6 +151,7 @@ def workloads_list(
             Text(status.name),
             Text(status.source_kind or "-"),
             Text(status.phase),
+            Text(_replicas(status)),
             Text(run.run_id[:8] if run else "-"),
             Text(run.status if run else "-"),
             Text(f"{rate:.1f}" if progress else "-"),
@@ -160,6 +161,12 @@ def workloads_list(
             Text(status.note or ""),
         )
     console.print(table)
+
+
+def _replicas(status: WorkloadStatus) -> str:
+    """``running/wanted``: the runs unfinished against the count the sensor keeps."""
+    wanted = status.replicas_wanted
+    return f"{status.replicas_running}/{wanted if wanted is not None else '-'}"
 
 
 @workloads_app.command("status")
@@ -187,6 +194,8 @@ def workloads_status(
         f"phase      {status.phase}" + (f" ({status.note})" if status.note else ""),
         f"crashes    {status.crashes} recently"
         + (f"; next start {_when(status.next_start)} UTC" if status.next_start else ""),
+        f"replicas   {_replicas(status)} (running/wanted)",
+        f"scaling    {status.scaling or '-'}",
         f"heartbeat  {_ago(beat) if beat is not None else '-'}",
         f"sensor     {_sensor_text(sensor)}",
     ]
@@ -218,7 +227,8 @@ def workloads_status(
     else:
         console.print(Text("engine progress: no report from the newest run yet"))
     runs = Table(title=Text("recent runs (newest first)"))
-    for column in ("run", "status", "created (UTC)", "ended (UTC)", "generation", "note"):
+    columns = ("run", "replica", "status", "created (UTC)", "ended (UTC)", "generation", "note")
+    for column in columns:
         runs.add_column(column, overflow="fold")
     for run in status.recent_runs:
         notes = []
@@ -232,6 +242,7 @@ def workloads_status(
             notes.append("launched by a person")
         runs.add_row(
             Text(run.run_id),
+            Text(str(run.replica)),
             Text(run.status),
             Text(_when(run.created_at)),
             Text(_when(run.ended_at)),

@@ -39,6 +39,7 @@ from typing import IO
 import typer
 from typer.core import TyperArgument, TyperOption
 
+from consumers.config.replicas import replica_problem
 from consumers.config.sources import PulsarSourceSpec
 from consumers.config.spec import WorkloadSpec
 from orchestration.console import print_error
@@ -57,18 +58,9 @@ def fleet_problems(specs: Sequence[WorkloadSpec]) -> list[str]:
         source = spec.source
         if not spec.enabled or not isinstance(source, PulsarSourceSpec):
             continue
-        kind = source.subscription_type
-        if kind == "exclusive":
-            problems.append(
-                f"workload {spec.name!r}: an exclusive Pulsar subscription admits one consumer; "
-                "use failover or key_shared to run replicas"
-            )
-        elif kind == "shared" and spec.ordering != "none":
-            problems.append(
-                f"workload {spec.name!r}: a shared Pulsar subscription splits one key over "
-                f"several consumers, which breaks ordering: {spec.ordering}; use key_shared or "
-                "failover to run replicas"
-            )
+        problem = replica_problem(source.subscription_type, spec.ordering)
+        if problem is not None:
+            problems.append(f"workload {spec.name!r}: {problem}")
     return problems
 
 

@@ -21,8 +21,15 @@ from dagster import DagsterRunStatus
 from pydantic import Field, ValidationError
 
 from consumers.config.loading import FrozenModel
+from consumers.scaling.policy import ScaleState
 from orchestration.workloads.heartbeat import HEARTBEAT_SECONDS
-from orchestration.workloads.names import GENERATION_TAG, SPEC_HASH_TAG, WORKLOAD_TAG
+from orchestration.workloads.names import (
+    GENERATION_TAG,
+    REPLICA_TAG,
+    SPEC_HASH_TAG,
+    WORKLOAD_TAG,
+    replica_unit,
+)
 
 __all__ = [
     "CRASH_LOOP_TAG",
@@ -95,9 +102,13 @@ class DiscoveryState(FrozenModel):
     version: int = CURSOR_VERSION
     #: Newest run ``update_timestamp`` seen (run storage clock, epoch seconds).
     watermark: float | None = None
+    #: By replica (:func:`~orchestration.workloads.names.replica_unit`): ``orders``,
+    #: ``orders#1``, ...
     workloads: dict[str, WorkloadState] = Field(default_factory=dict)
     #: Generations of removed workloads, so a name that comes back never reuses a run key.
     retired: dict[str, int] = Field(default_factory=dict)
+    #: Autoscaling's state per autoscaled workload (:mod:`orchestration.workloads.scaling`).
+    scale: dict[str, ScaleState] = Field(default_factory=dict)
 
     @classmethod
     def from_cursor(cls, cursor: str | None) -> DiscoveryState:
@@ -132,7 +143,7 @@ CRASH_LOOP_TAG = "lanehouse/crash_loop"
 FINISHED = frozenset(
     {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
 )
-StopReason = Literal["removed", "disabled", "spec_changed", "superseded", "rewind"]
+StopReason = Literal["removed", "disabled", "spec_changed", "superseded", "rewind", "scaled_down"]
 
 
 @dataclass(frozen=True)
@@ -151,11 +162,18 @@ class RunInfo:
     stop_reason: str | None = None
     #: Its latest heartbeat (:mod:`orchestration.workloads.heartbeat`), if it has beaten yet.
     heartbeat: str | None = None
+    #: Which replica of the workload it is (``REPLICA_TAG``; 0 for runs launched by hand).
+    replica: int = 0
 
     @property
     def active(self) -> bool:
         """Unfinished, CANCELING included: a replacement must wait until it has ended."""
         return self.status not in FINISHED
+
+    @property
+    def unit(self) -> str:
+        """The replica it serves (:func:`~orchestration.workloads.names.replica_unit`)."""
+        return replica_unit(self.workload, self.replica)
 
 
 @dataclass(frozen=True)
@@ -224,16 +242,19 @@ class Launch:
     generation: int
     restarts: int = 0
     crash_loop: bool = False
+    replica: int = 0
 
     @property
     def run_key(self) -> str:
-        return f"{self.workload}:{self.spec_hash}:{self.generation}"
+        """Unique per replica and generation: Dagster never launches a run key twice."""
+        return f"{replica_unit(self.workload, self.replica)}:{self.spec_hash}:{self.generation}"
 
     def tags(self) -> dict[str, str]:
         tags = {
             WORKLOAD_TAG: self.workload,
             SPEC_HASH_TAG: self.spec_hash,
             GENERATION_TAG: str(self.generation),
+            REPLICA_TAG: str(self.replica),
         }
         if self.restarts:
             tags[RESTARTS_TAG] = str(self.restarts)

@@ -1,6 +1,6 @@
 """What the discovery sensor decides on a tick, as a pure function of what it sees.
 
-    decide(registry, state, runs, partitions, now, policy) -> Decision
+    decide(registry, state, runs, partitions, now, policy, rewinding, wanted) -> Decision
 
 Inputs: the workload registry, the cursor state, the consumer job's runs seen this tick, the
 existing ``workloads`` partitions, the time (sensor clock, epoch seconds) and the workloads
@@ -12,7 +12,13 @@ calls nothing; :mod:`orchestration.workloads.discovery` does the Dagster calls.
 :func:`tracked_run_ids` names (when it still exists); runs updated recently may be added (the
 same run seen twice is handled once).
 
-Per workload, in order (:class:`orchestration.workloads.steps.WorkloadStep`):
+A workload with ``replicas: n`` is n *replicas*, each a run of its own, tagged with its index
+(``lanehouse/replica``) and handled on its own: ``clickstream`` is replica 0, ``clickstream#1``
+the next (:func:`~orchestration.workloads.names.replica_unit`). Scaling changes no spec hash, so
+the replicas that stay are never stopped; surplus ones are stopped (``scaled_down``), missing
+ones launched. A person's stop of one replica stops that replica only.
+
+Per replica, in order (:class:`orchestration.workloads.steps.WorkloadStep`):
 
 1. **Spec change** (hash differs from the previous tick): forget crashes, backoff and a person's
    stop; the running run is stopped below.
@@ -37,7 +43,7 @@ is stopped or started for it, its partition stays.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from orchestration.workloads.cursor import (
@@ -50,6 +56,7 @@ from orchestration.workloads.cursor import (
     RunInfo,
     WorkloadState,
 )
+from orchestration.workloads.names import replica_unit, unit_workload
 from orchestration.workloads.registry import InvalidSpec, Registry
 from orchestration.workloads.steps import FINISHED_VALUES, TickOutput, WorkloadStep
 
@@ -87,46 +94,62 @@ def decide(
     now: float,
     policy: RestartPolicy | None = None,
     rewinding: frozenset[str] = frozenset(),
+    wanted: Mapping[str, int] | None = None,
 ) -> Decision:
+    """``wanted``: replicas per workload where not its spec's ``replicas.min`` (autoscaling)."""
     policy = policy or RestartPolicy()
-    by_name: dict[str, dict[str, RunInfo]] = {}
+    wanted = wanted or {}
+    by_unit: dict[str, dict[str, RunInfo]] = {}
     for run in runs:
-        by_name.setdefault(run.workload, {})[run.run_id] = run
+        by_unit.setdefault(run.unit, {})[run.run_id] = run
     held = _held(registry, state)
-    active_names = {n for n, rs in by_name.items() if any(r.active for r in rs.values())}
-    names = sorted(
-        registry.workloads.keys()
+    counts = {
+        name: wanted.get(name, entry.spec.replicas.min)
+        for name, entry in registry.workloads.items()
+    }
+    units = (
+        {replica_unit(name, i) for name, count in counts.items() for i in range(count)}
         | state.workloads.keys()
-        | active_names
-        | {n for n in held if n in state.workloads}
+        | {unit for unit, rs in by_unit.items() if any(r.active for r in rs.values())}
     )
     out = TickOutput()
     workloads: dict[str, WorkloadState] = {}
     retired = dict(state.retired)
-    for name in names:
-        if name in state.workloads:
-            ws = state.workloads[name]
+    for unit in sorted(units, key=unit_workload):
+        name, replica = unit_workload(unit)
+        if unit in state.workloads:
+            ws = state.workloads[unit]
         else:
-            ws = WorkloadState(generation=retired.pop(name, 0))
-        runs_of = sorted(by_name.get(name, {}).values(), key=lambda r: r.storage_id)
+            ws = WorkloadState(generation=retired.pop(unit, 0))
+        runs_of = sorted(by_unit.get(unit, {}).values(), key=lambda r: r.storage_id)
         entry = registry.workloads.get(name)
-        step = WorkloadStep(name, entry, held.get(name), ws, policy, now, out, name in rewinding)
+        step = WorkloadStep(
+            unit,
+            entry,
+            held.get(name),
+            ws,
+            policy,
+            now,
+            out,
+            rewinding=name in rewinding,
+            surplus=entry is not None and replica >= counts[name],
+        )
         new = step.run(runs_of)
         if not step.gone:
-            workloads[name] = new
+            workloads[unit] = new
         elif new.generation:
-            retired[name] = new.generation
+            retired[unit] = new.generation
     for invalid in registry.invalid:
         out.error(f"invalid spec {invalid}")
     existing = set(partitions)
-    keep = registry.workloads.keys() | held.keys() | workloads.keys()
+    keep = registry.workloads.keys() | held.keys() | {unit_workload(u)[0] for u in workloads}
     return Decision(
         launches=tuple(out.launches),
         cancels=tuple(out.cancels),
         abandons=tuple(out.abandons),
         add_partitions=tuple(sorted(registry.workloads.keys() - existing)),
         delete_partitions=tuple(sorted(existing - keep)),
-        state=DiscoveryState(watermark=state.watermark, workloads=workloads, retired=retired),
+        state=state.model_copy(update={"workloads": workloads, "retired": retired}),
         messages=tuple(out.messages),
         summary=out.summary(len(registry.invalid)),
     )

@@ -1,4 +1,4 @@
-"""The workload discovery sensor: one run of ``consume_workload`` per enabled workload.
+"""The workload discovery sensor: ``replicas`` runs of ``consume_workload`` per enabled workload.
 
 Every tick (10 s apart by default) it reads the workloads directory
 (:mod:`orchestration.workloads.registry`), registers each valid workload as a ``workloads`` partition, and
@@ -52,6 +52,7 @@ from dagster import (
     sensor,
 )
 
+from consumers.scaling.lag import measure_lag
 from orchestration.workloads.cursor import (
     FINISHED,
     Abandon,
@@ -74,10 +75,12 @@ from orchestration.workloads.names import (
     STOP_REASON_TAG,
     WORKLOAD_PARTITIONS_NAME,
     WORKLOAD_TAG,
+    replica_of,
     workloads_dir,
 )
 from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
 from orchestration.workloads.registry import SpecCache, read_registry
+from orchestration.workloads.scaling import SCALING_TAG, Measure, plan_scaling
 
 __all__ = [
     "UNFINISHED",
@@ -104,10 +107,12 @@ def build_discovery_sensor(
     clock: Callable[[], float] = time.time,
     policy: RestartPolicy | None = None,
     minimum_interval_seconds: int = 10,
+    measure: Measure = measure_lag,
 ) -> SensorDefinition:
     """The sensor, reading ``directory`` (default: :func:`workloads_dir` at each tick).
 
-    ``clock`` (epoch seconds) times backoffs and crash windows; tests pass a manual one.
+    ``clock`` (epoch seconds) times backoffs, crash windows and autoscaling's cool-downs, and
+    ``measure`` reads a workload's lag from its broker; tests pass their own.
     """
     cache = SpecCache()
     policy = policy or policy_from_env()
@@ -126,7 +131,7 @@ def build_discovery_sensor(
     )
     def workload_discovery(context: SensorEvaluationContext) -> SensorResult:
         where = Path(directory) if directory is not None else workloads_dir()
-        return _evaluate(context, where, clock(), policy, cache)
+        return _evaluate(context, where, clock(), policy, cache, measure)
 
     return workload_discovery
 
@@ -137,18 +142,22 @@ def _evaluate(
     now: float,
     policy: RestartPolicy | None,
     cache: SpecCache,
+    measure: Measure,
 ) -> SensorResult:
     instance = context.instance
     registry = read_registry(directory, cache=cache)
     state = DiscoveryState.from_cursor(context.cursor)
     runs, watermark = collect_runs(instance, state)
     partitions = instance.get_dynamic_partitions(WORKLOAD_PARTITIONS_NAME)
-    decision = decide(registry, state, runs, partitions, now, policy, rewinding(instance))
+    scaling = plan_scaling(registry, dict(state.scale), now, measure)
+    decision = decide(
+        registry, state, runs, partitions, now, policy, rewinding(instance), scaling.wanted
+    )
     for abandon in decision.abandons:
         _abandon(instance, context.log, abandon)
     for cancel in decision.cancels:
         stop_run(instance, context.log, cancel)
-    for message in decision.messages:
+    for message in (*scaling.messages, *decision.messages):
         context.log.log(_LEVELS[message.level], message.text)
     context.log.info(decision.summary)
 
@@ -161,16 +170,22 @@ def _evaluate(
         partition_requests.append(
             WORKLOAD_PARTITIONS.build_delete_request(list(decision.delete_partitions))
         )
-    run_requests = [
-        RunRequest(run_key=launch.run_key, partition_key=launch.workload, tags=launch.tags())
-        for launch in decision.launches
-    ]
-    cursor = decision.state.model_copy(update={"watermark": watermark}).to_cursor()
+    run_requests = []
+    for launch in decision.launches:
+        tags = launch.tags()
+        change = scaling.changes.get(launch.workload)
+        if change is not None and change.replicas > change.previous:
+            tags[SCALING_TAG] = change.reason
+        run_requests.append(
+            RunRequest(run_key=launch.run_key, partition_key=launch.workload, tags=tags)
+        )
+    update = {"watermark": watermark, "scale": scaling.states}
     return SensorResult(
         run_requests=run_requests,
         skip_reason=None if run_requests else decision.summary,
-        cursor=cursor,
+        cursor=decision.state.model_copy(update=update).to_cursor(),
         dynamic_partitions_requests=partition_requests,
+        asset_events=scaling.observations,
     )
 
 
@@ -206,7 +221,7 @@ def collect_runs(
     if state.watermark is not None:
         stamps.append(state.watermark)
     runs = [info for record in records.values() if (info := run_info(record)) is not None]
-    beats = read_heartbeats(instance, {run.workload for run in runs if run.active})
+    beats = read_heartbeats(instance, {run.unit for run in runs if run.active})
     runs = [
         replace(run, heartbeat=beat.beat) if (beat := beats.get(run.run_id)) else run
         for run in runs
@@ -237,6 +252,8 @@ def run_info(record: RunRecord) -> RunInfo | None:
         storage_id=record.storage_id,
         workload=workload,
         status=run.status,
+        # A re-execution keeps the replica it copied: re-executing a stopped replica resumes it.
+        replica=replica_of(tags),
         by_sensor=generation is not None and not reexecuted,
         generation=None if reexecuted else generation,
         spec_hash=None if reexecuted else tags.get(SPEC_HASH_TAG),

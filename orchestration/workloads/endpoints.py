@@ -43,7 +43,7 @@ _EVERY_INTERFACE: Final = ("0.0.0.0", "::")
 
 @contextmanager
 def run_endpoints(
-    context: OpExecutionContext, app: ConsumerApp, workload: str
+    context: OpExecutionContext, app: ConsumerApp, workload: str, replica: int = 0
 ) -> Iterator[str | None]:
     """Serve the run's endpoints while inside; yields their base URL (None when switched off)."""
     host = os.environ.get(HOST_ENV, "127.0.0.1").strip() or "127.0.0.1"
@@ -56,7 +56,7 @@ def run_endpoints(
     )
     address = f"{advertised}:{server.port}"
     url = f"http://{address}"
-    target = _write_target(context.run_id, workload, address)
+    target = _write_target(context.run_id, workload, replica, address)
     try:
         context.instance.add_run_tags(context.run_id, {HTTP_TAG: url})
         context.log.info(f"workload {workload}: {url}/metrics, {url}/healthz, {url}/tap/{workload}")
@@ -67,14 +67,14 @@ def run_endpoints(
             target.unlink(missing_ok=True)
 
 
-def _write_target(run_id: str, workload: str, address: str) -> Path | None:
+def _write_target(run_id: str, workload: str, replica: int, address: str) -> Path | None:
     """A ``file_sd`` file naming this run's address, written atomically; None when not asked."""
     directory = os.environ.get(TARGETS_ENV, "").strip()
     if not directory:
         return None
     path = Path(directory) / f"{run_id}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    labels = {"workload": workload, "dagster_run_id": run_id}
+    labels = {"workload": workload, "replica": str(replica), "dagster_run_id": run_id}
     temporary = path.with_name(f".{path.name}.tmp")
     temporary.write_text(json.dumps([{"targets": [address], "labels": labels}]))
     temporary.replace(path)

@@ -4,7 +4,8 @@ Dagster's default run launcher cannot check a run worker's health, so a worker k
 (``kill -9``, the kernel's OOM killer, a lost machine) leaves its run STARTED, or CANCELING, for
 good, and the sensor would never restart the workload. So every consumer run beats: each
 ``HEARTBEAT_SECONDS`` it writes ``{"run_id": ..., "beat": n, "at": <epoch s>}`` under
-``lanehouse/heartbeat/<workload>`` in the instance's key-value store (run storage: SQLite or
+``lanehouse/heartbeat/<replica>`` (the workload's name, or ``<workload>#<i>`` for replica i > 0:
+:func:`~orchestration.workloads.names.replica_unit`) in the instance's key-value store (run storage: SQLite or
 PostgreSQL, whichever the instance uses). The sensor does not compare clocks: it only notices
 whether the beat *changed*, on its own clock, so clock skew between machines cannot declare a run
 dead. ``at`` (the worker's clock) is for people: ``lanehouse workloads`` shows its age.
@@ -39,22 +40,23 @@ class Heartbeat:
     at: float | None
 
 
-def heartbeat_key(workload: str) -> str:
-    return _PREFIX + workload
+def heartbeat_key(unit: str) -> str:
+    """The key of one replica's beats (``unit``: :func:`~orchestration.workloads.names.replica_unit`)."""
+    return _PREFIX + unit
 
 
-def write_heartbeat(instance: DagsterInstance, workload: str, run_id: str, beat: int) -> None:
+def write_heartbeat(instance: DagsterInstance, unit: str, run_id: str, beat: int) -> None:
     record = {"run_id": run_id, "beat": beat, "at": round(time.time(), 3)}
     value = json.dumps(record, separators=(",", ":"))
-    instance.run_storage.set_cursor_values({heartbeat_key(workload): value})
+    instance.run_storage.set_cursor_values({heartbeat_key(unit): value})
 
 
-def read_heartbeats(instance: DagsterInstance, workloads: Iterable[str]) -> dict[str, Heartbeat]:
-    """The latest beat of each run among ``workloads``' newest runs, by run id.
+def read_heartbeats(instance: DagsterInstance, units: Iterable[str]) -> dict[str, Heartbeat]:
+    """The latest beat of each run among these replicas' newest runs, by run id.
 
     One query for all workloads. A value this code cannot read counts as no beat.
     """
-    keys = {heartbeat_key(name) for name in workloads}
+    keys = {heartbeat_key(unit) for unit in units}
     if not keys:
         return {}
     beats: dict[str, Heartbeat] = {}

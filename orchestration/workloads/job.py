@@ -68,6 +68,8 @@ from orchestration.workloads.heartbeat import HEARTBEAT_SECONDS, write_heartbeat
 from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,
     SPEC_HASH_TAG,
+    replica_of,
+    replica_unit,
     workloads_dir,
 )
 from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
@@ -281,8 +283,8 @@ async def watch_run_status(context: OpExecutionContext, stop: StopRequests) -> N
             stop.stop(f"the run was marked {run.status.value} while still running")
 
 
-async def beat(context: OpExecutionContext, workload: str) -> None:
-    """Tell the discovery sensor this run's worker is alive (see :mod:`orchestration.workloads.heartbeat`).
+async def beat(context: OpExecutionContext, unit: str) -> None:
+    """Tell the discovery sensor this run (``unit``: its workload's replica) is alive (see :mod:`orchestration.workloads.heartbeat`).
 
     A failed write is logged and retried on the next beat: missing beats for
     ``heartbeat_timeout`` make the sensor declare the run dead, and the run then stops itself.
@@ -292,7 +294,7 @@ async def beat(context: OpExecutionContext, workload: str) -> None:
     while True:
         count += 1
         try:
-            await asyncio.to_thread(write_heartbeat, instance, workload, run_id, count)
+            await asyncio.to_thread(write_heartbeat, instance, unit, run_id, count)
         except Exception as exc:
             context.log.warning(f"heartbeat {count} not written: {exc!r}")
         await asyncio.sleep(HEARTBEAT_SECONDS)
@@ -314,7 +316,7 @@ async def serve(
             context.log.warning("op off the main thread: no signals; stopping on the run status")
         engine = asyncio.ensure_future(app.run())
         helpers = [
-            asyncio.ensure_future(beat(context, reporter.workload)),
+            asyncio.ensure_future(beat(context, replica_unit(reporter.workload, reporter.replica))),
             asyncio.ensure_future(reporter.every(every)),
             asyncio.ensure_future(watch_run_status(context, stop)),
         ]
@@ -348,15 +350,16 @@ def consume(context: OpExecutionContext, config: ConsumerRunConfig) -> None:
     pool_sizes = {spec.permits.pool: config.pool_size} if config.pool_size else None
     app = build_app([spec], pool_sizes, lake=lake_dir())
     stop = StopRequests(app, context)
-    reporter = Reporter(context, app, spec)
+    replica = replica_of(context.run.tags)
+    reporter = Reporter(context, app, spec, replica)
     context.log.info(
-        f"workload {name}: starting from {path} (spec {digest}); topics "
+        f"workload {name}: replica {replica} starting from {path} (spec {digest}); topics "
         f"{', '.join(spec.source.topics)}; pool {spec.permits.pool!r}"
         f"{f' of {config.pool_size}' if config.pool_size else ''}; "
         f"drain_timeout {spec.drain_timeout:g}s; observing every {every:g}s"
     )
     try:
-        with run_endpoints(context, app, name) as url:
+        with run_endpoints(context, app, name, replica) as url:
             reporter.link(url)
             summaries = event_loop.run(serve(context, app, stop, reporter, every))
     except Exception as exc:

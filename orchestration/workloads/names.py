@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Final, Literal
 
@@ -35,6 +36,10 @@ DISCOVERY_SENSOR_NAME: Final = "workload_discovery"
 WORKLOAD_TAG: Final = "lanehouse/workload"
 SPEC_HASH_TAG: Final = "lanehouse/spec_hash"
 GENERATION_TAG: Final = "lanehouse/generation"
+#: Which of a workload's replicas a run is (0, 1, ...): each replica is a run of its own.
+REPLICA_TAG: Final = "lanehouse/replica"
+#: The partitions a consumer run holds now, e.g. ``clicks[0,3]`` (rewritten when they change).
+ASSIGNED_TAG: Final = "lanehouse/assigned"
 #: Set on a run stopped by ``lanehouse up``'s shutdown (value ``platform``): unlike a run a person
 #: terminated, the discovery sensor starts that workload again when the platform comes back.
 STOP_REASON_TAG: Final = "lanehouse/stop_reason"
@@ -51,6 +56,25 @@ DEFAULT_WORKLOADS_DIR: Final = Path(__file__).resolve().parents[2] / "workloads"
 def workloads_dir() -> Path:
     """The directory of workload specs (``$LANEHOUSE_WORKLOADS`` or the repo's ``workloads/``)."""
     return Path(os.environ.get("LANEHOUSE_WORKLOADS", DEFAULT_WORKLOADS_DIR))
+
+
+def replica_unit(workload: str, replica: int) -> str:
+    """The name of one replica of a workload, for run keys, heartbeats and the sensor's cursor:
+    the workload's own name for replica 0 (what a workload without replicas always was),
+    ``<workload>#<i>`` for the others (``#`` never occurs in a workload name)."""
+    return workload if replica == 0 else f"{workload}#{replica}"
+
+
+def unit_workload(unit: str) -> tuple[str, int]:
+    """The workload and replica index of a :func:`replica_unit` name."""
+    workload, _, replica = unit.partition("#")
+    return workload, int(replica) if replica.isdigit() else 0
+
+
+def replica_of(tags: Mapping[str, str]) -> int:
+    """A run's replica index from its tags (runs launched by hand, without the tag: 0)."""
+    raw = tags.get(REPLICA_TAG, "")
+    return int(raw) if raw.isdigit() else 0
 
 
 def _part(text: str) -> str:

@@ -23,22 +23,24 @@ from consumers.landing.sink import LandedFile
 from consumers.service.app import ConsumerApp
 from consumers.service.metrics import WorkloadSnapshot, key_label, workload_snapshot
 from orchestration.lake.landed import LAKE_PARTITIONS, landed_key
-from orchestration.workloads.names import topic_asset_key
+from orchestration.workloads.names import ASSIGNED_TAG, topic_asset_key
 
 ObservationMetadata = dict[str, str | int | float | None]
 
 
 def topic_metadata(
-    snap: WorkloadSnapshot, topic: str, throughput: float, status: str
+    snap: WorkloadSnapshot, topic: str, throughput: float, status: str, replica: int = 0
 ) -> ObservationMetadata:
-    """One topic's observation. Counters and in-flight calls are the workload's (the engine
-    counts per workload); lag and the watermark pin are this topic's partitions'."""
+    """One topic's observation by one replica. Counters and in-flight calls are the replica's
+    (the engine counts per workload and process); lag and the watermark pin are those of this
+    topic's partitions assigned to it."""
     parts = [p for p in snap.partitions if p.topic == topic]
     lags = [p.lag for p in parts if p.lag is not None]
     pins = [p for p in parts if p.pinned_seconds is not None]
     pin = max(pins, key=lambda p: p.pinned_seconds or 0.0) if pins else None
     return {
         "workload": snap.name,
+        "replica": replica,
         "status": status,
         "records_completed": snap.counters["completed"],
         "records_failed": snap.counters["failed"],
@@ -46,11 +48,22 @@ def topic_metadata(
         "lag": sum(lags) if lags else None,
         "in_flight": snap.in_flight,
         "partitions": len(parts),
+        "assigned": ",".join(str(p.partition) for p in sorted(parts, key=lambda p: p.partition)),
         "pinned_partition": pin.partition if pin else None,
         "pinned_offset": pin.pinned_offset if pin else None,
         "pinned_key": key_label(pin.pinned_key) if pin else None,
         "pinned_seconds": round(pin.pinned_seconds or 0.0, 3) if pin else None,
     }
+
+
+def assignment_text(snap: WorkloadSnapshot) -> str:
+    """``topic[0,3] other[1]``: the partitions a replica holds, for its run tag."""
+    by_topic: dict[str, list[int]] = {}
+    for part in snap.partitions:
+        by_topic.setdefault(part.topic, []).append(part.partition)
+    return " ".join(
+        f"{topic}[{','.join(map(str, sorted(parts)))}]" for topic, parts in sorted(by_topic.items())
+    )
 
 
 #: Data version tag of a materialization (``dagster.DATA_VERSION_TAG`` is not exported).
@@ -107,10 +120,15 @@ class Reporter:
     """Observes each source topic asset from engine snapshots, and reports landed files as
     materializations (on the op's thread only)."""
 
-    def __init__(self, context: OpExecutionContext, app: ConsumerApp, spec: WorkloadSpec) -> None:
+    def __init__(
+        self, context: OpExecutionContext, app: ConsumerApp, spec: WorkloadSpec, replica: int = 0
+    ) -> None:
         self._context = context
         self._app = app
         self._name = self.workload = spec.name
+        self.replica = replica
+        #: The partitions last written to the run's ``ASSIGNED_TAG`` (rewritten on a change).
+        self._assigned: str | None = None
         self._keys = {
             topic: AssetKey(topic_asset_key(topic, spec.source.kind))
             for topic in spec.source.topics
@@ -142,8 +160,11 @@ class Reporter:
         throughput = (completed - self._completed) / elapsed if elapsed > 0 else 0.0
         self._since, self._completed = now, completed
         for topic, key in self._keys.items():
-            metadata = {**topic_metadata(snap, topic, throughput, status), **self._links}
-            self._context.log_event(AssetObservation(asset_key=key, metadata=metadata))
+            metadata = topic_metadata(snap, topic, throughput, status, self.replica)
+            self._context.log_event(
+                AssetObservation(asset_key=key, metadata={**metadata, **self._links})
+            )
+        self._tag_assignment(snap)
         landing = self._app.runners[self._name].landing
         if landing is not None:
             files = landing.take_landed()
@@ -156,6 +177,17 @@ class Reporter:
         # them (~4 KB each) until the op returns, which for a consumer is weeks: drop them.
         for _ in self._context.consume_events():
             pass
+
+    def _tag_assignment(self, snap: WorkloadSnapshot) -> None:
+        """The run's partitions as a tag, so the Runs page shows how replicas split them.
+
+        Written only when the assignment changes: each tag write rewrites the run's record.
+        """
+        assigned = assignment_text(snap)
+        if assigned != self._assigned:
+            run_id = self._context.run_id
+            self._context.instance.add_run_tags(run_id, {ASSIGNED_TAG: assigned or "none"})
+            self._assigned = assigned
 
     def _report_landed(self, files: list[LandedFile]) -> None:
         events, outside = landed_materializations(files, self._name, self._digest)

@@ -14,15 +14,17 @@ works the same against ``lanehouse up`` on a laptop and a production instance on
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
-from dagster import AssetKey, DagsterInstance, RunsFilter
+from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
 from pydantic import BaseModel, ConfigDict
 
 from consumers.config.spec import WorkloadSpec
+from consumers.scaling.policy import ScaleState
 from orchestration.workloads.cursor import (
     CRASH_LOOP_TAG,
     FINISHED,
@@ -41,13 +43,17 @@ from orchestration.workloads.names import (
     PARTITION_TAG,
     PLATFORM_STOP_REASON,
     STOP_REASON_TAG,
+    replica_of,
     topic_asset_key,
+    unit_workload,
 )
 from orchestration.workloads.registry import InvalidSpec, Registry, read_registry
 
 __all__ = ["RunSummary", "TopicProgress", "WorkloadStatus", "collect_statuses", "sensor_state"]
 
 _FINISHED = frozenset(status.value for status in FINISHED)
+_LIVE = [status for status in DagsterRunStatus if status not in FINISHED]
+_N = TypeVar("_N", int, float)
 #: Observations looked through for one from the workload's newest run (several workloads may
 #: read one topic and observe its asset).
 _OBSERVATIONS_SCANNED = 20
@@ -76,6 +82,8 @@ class TopicProgress(_Model):
 
 class RunSummary(_Model):
     run_id: str
+    #: Which replica of the workload it serves.
+    replica: int
     status: str
     created_at: datetime
     ended_at: datetime | None
@@ -105,6 +113,11 @@ class WorkloadStatus(_Model):
     heartbeat_age: float | None
     crashes: int
     next_start: datetime | None
+    #: Replicas the sensor keeps (the spec's, or autoscaling's choice) and runs unfinished now.
+    replicas_wanted: int | None
+    replicas_running: int
+    #: Autoscaling's last decision, as the sensor logged it.
+    scaling: str | None
 
 
 def sensor_state(instance: DagsterInstance) -> tuple[str | None, DiscoveryState | None]:
@@ -140,15 +153,17 @@ def collect_statuses(
     states = cursor.workloads if cursor is not None else {}
     wanted = set(names) if names is not None else None
     invalid = {spec.name: spec for spec in registry.invalid if spec.name}
-    everyone = sorted(registry.workloads.keys() | invalid.keys() | states.keys())
+    remembered = {unit_workload(unit)[0] for unit in states}
+    everyone = sorted(registry.workloads.keys() | invalid.keys() | remembered)
     names = [name for name in everyone if wanted is None or name in wanted]
-    beats = read_heartbeats(instance, names)
+    beats = read_heartbeats(instance, states.keys() | set(names))
     statuses = []
     for name in names:
         runs = _runs(instance, name, history)
         beat = beats.get(runs[0].run_id) if runs else None
         age = max(now.timestamp() - beat.at, 0.0) if beat is not None and beat.at else None
-        context = _Context(registry, invalid, states.get(name), now, policy, age)
+        scale = cursor.scale.get(name) if cursor is not None else None
+        context = _Context(registry, invalid, states.get(name), now, policy, age, scale)
         statuses.append(_status(instance, name, runs, context))
     return statuses
 
@@ -161,20 +176,25 @@ class _Context:
     now: datetime
     policy: RestartPolicy
     heartbeat_age: float | None
+    scale: ScaleState | None
 
 
 def _runs(instance: DagsterInstance, name: str, limit: int) -> list[RunSummary]:
-    records = instance.get_run_records(
-        RunsFilter(job_name=CONSUMER_JOB_NAME, tags={PARTITION_TAG: name}), limit=limit
-    )
+    """The newest ``limit`` runs of the workload, and every unfinished one (all replicas)."""
+    runs = RunsFilter(job_name=CONSUMER_JOB_NAME, tags={PARTITION_TAG: name})
+    live = RunsFilter(job_name=CONSUMER_JOB_NAME, tags={PARTITION_TAG: name}, statuses=_LIVE)
+    records = {r.dagster_run.run_id: r for r in instance.get_run_records(live)}
+    for record in instance.get_run_records(runs, limit=limit):
+        records.setdefault(record.dagster_run.run_id, record)
     summaries = []
-    for record in records:
+    for record in sorted(records.values(), key=lambda r: r.storage_id, reverse=True):
         run = record.dagster_run
         tags = run.tags
         restarts = tags.get(RESTARTS_TAG, "0")
         summaries.append(
             RunSummary(
                 run_id=run.run_id,
+                replica=replica_of(tags),
                 status=run.status.value,
                 created_at=_aware(record.create_timestamp),
                 ended_at=_stamp(record.end_time),
@@ -204,11 +224,14 @@ def _status(
     broken = context.invalid.get(name)
     state, now = context.state, context.now
     spec = entry.spec if entry is not None else None
-    run = runs[0] if runs else None
+    replica_zero = [r for r in runs if r.replica == 0]
+    run = replica_zero[0] if replica_zero else (runs[0] if runs else None)
+    live = [r.run_id for r in runs if r.status not in _FINISHED]
     progress: list[TopicProgress] = []
-    if spec is not None and run is not None:
+    reporting = live or ([run.run_id] if run is not None else [])
+    if spec is not None and reporting:
         for topic in spec.source.topics:
-            report = _progress(instance, topic, spec.source.kind, run.run_id, now)
+            report = _progress(instance, topic, spec.source.kind, reporting, now)
             if report is not None:
                 progress.append(report)
     crashes = len(state.crashes) if state is not None else 0
@@ -236,7 +259,20 @@ def _status(
         heartbeat_age=context.heartbeat_age,
         crashes=crashes,
         next_start=next_start,
+        replicas_wanted=_wanted(spec, context.scale),
+        replicas_running=len({r.replica for r in runs if r.status not in _FINISHED}),
+        scaling=context.scale.reason if context.scale is not None else None,
     )
+
+
+def _wanted(spec: WorkloadSpec | None, scale: ScaleState | None) -> int | None:
+    """Replicas the sensor keeps: the spec's count, or autoscaling's within its bounds."""
+    if spec is None or not spec.enabled:
+        return None
+    if not spec.replicas.autoscaled:
+        return spec.replicas.min
+    current = scale.replicas if scale is not None else spec.replicas.min
+    return min(max(current, spec.replicas.min), spec.replicas.max)
 
 
 def _phase(
@@ -283,32 +319,45 @@ def _phase(
 
 
 def _progress(
-    instance: DagsterInstance, topic: str, kind: str, run_id: str, now: datetime
+    instance: DagsterInstance, topic: str, kind: str, run_ids: list[str], now: datetime
 ) -> TopicProgress | None:
+    """The last report on ``topic`` of each of ``run_ids`` (the live replicas), added up: each
+    replica reports its own partitions, so rates, lag and counts sum; the pin is the oldest."""
     key = AssetKey(topic_asset_key(topic, "pulsar" if kind == "pulsar" else "kafka"))
-    records = instance.fetch_observations(key, limit=_OBSERVATIONS_SCANNED).records
-    record = next((r for r in records if r.run_id == run_id), None)
-    if record is None:
+    scanned = _OBSERVATIONS_SCANNED * max(len(run_ids), 1)
+    newest: dict[str, tuple[float, dict[str, object]]] = {}
+    for record in instance.fetch_observations(key, limit=scanned).records:
+        observation = record.asset_observation
+        if record.run_id in run_ids and record.run_id not in newest and observation is not None:
+            meta: dict[str, object] = {k: v.value for k, v in observation.metadata.items()}
+            newest[record.run_id] = (record.timestamp, meta)
+    if not newest:
         return None
-    observation = record.asset_observation
-    if observation is None:
-        return None
-    meta = {name: value.value for name, value in observation.metadata.items()}
-    at = datetime.fromtimestamp(record.timestamp, tz=UTC)
+    reports = [meta for _, meta in newest.values()]
+    at = datetime.fromtimestamp(max(stamp for stamp, _ in newest.values()), tz=UTC)
+    pins = [m for m in reports if _number(m.get("pinned_seconds")) is not None]
+    pin = max(pins, key=lambda m: _number(m.get("pinned_seconds")) or 0.0) if pins else {}
     return TopicProgress(
         topic=topic,
         observed_at=at,
         age_seconds=max((now - at).total_seconds(), 0.0),
-        status=_text(meta.get("status")),
-        throughput_per_s=_number(meta.get("throughput_per_s")),
-        lag=_integer(meta.get("lag")),
-        in_flight=_integer(meta.get("in_flight")),
-        records_completed=_integer(meta.get("records_completed")),
-        records_failed=_integer(meta.get("records_failed")),
-        pinned_partition=_integer(meta.get("pinned_partition")),
-        pinned_offset=_integer(meta.get("pinned_offset")),
-        pinned_seconds=_number(meta.get("pinned_seconds")),
+        status=_text(reports[0].get("status")),
+        throughput_per_s=_total(reports, "throughput_per_s", _number),
+        lag=_total(reports, "lag", _integer),
+        in_flight=_total(reports, "in_flight", _integer),
+        records_completed=_total(reports, "records_completed", _integer),
+        records_failed=_total(reports, "records_failed", _integer),
+        pinned_partition=_integer(pin.get("pinned_partition")),
+        pinned_offset=_integer(pin.get("pinned_offset")),
+        pinned_seconds=_number(pin.get("pinned_seconds")),
     )
+
+
+def _total(
+    reports: list[dict[str, object]], field: str, read: Callable[[object], _N | None]
+) -> _N | None:
+    values = [value for m in reports if (value := read(m.get(field))) is not None]
+    return sum(values[1:], values[0]) if values else None
 
 
 def _window(policy: RestartPolicy) -> str:

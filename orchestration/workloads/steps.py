@@ -22,6 +22,7 @@ from orchestration.workloads.cursor import (
     StopReason,
     WorkloadState,
 )
+from orchestration.workloads.names import unit_workload
 from orchestration.workloads.registry import InvalidSpec, RegisteredWorkload
 
 FINISHED_VALUES = frozenset(status.value for status in FINISHED)
@@ -77,8 +78,13 @@ class WorkloadStep:
         now: float,
         out: TickOutput,
         rewinding: bool = False,
+        surplus: bool = False,
     ) -> None:
+        """``name``: the replica (:func:`~orchestration.workloads.names.replica_unit`)."""
         self.name, self.entry, self.held, self.ws = name, entry, held, ws
+        self.workload, self.replica = unit_workload(name)
+        #: A replica beyond the workload's count (scaled down): stopped, never launched.
+        self.surplus = surplus
         #: A rewind of this workload runs: nothing is launched until it ends.
         self.rewinding = rewinding
         self.policy, self.now, self.out = policy, now, out
@@ -109,7 +115,12 @@ class WorkloadStep:
         self.report_crash_loop()
 
         entry = self.entry
-        self.gone = entry is None and self.held is None and not active and self.pending is None
+        self.gone = (
+            (entry is None or self.surplus)
+            and self.held is None
+            and not active
+            and self.pending is None
+        )
         return WorkloadState(
             generation=self.generation,
             pending=self.pending,
@@ -129,6 +140,8 @@ class WorkloadStep:
             return None if self.held is not None else "removed"
         if not self.entry.spec.enabled:
             return "disabled"
+        if self.surplus:
+            return "scaled_down"
         if spec_hash is not None and spec_hash != self.entry.hash:
             return "spec_changed"
         return None
@@ -238,9 +251,12 @@ class WorkloadStep:
             )
             return
         self.stopped = True
+        how = f"re-executes run {last.run_id}"
+        if self.replica == 0:
+            how = f"launches partition {self.workload!r} again (or {how})"
         self.out.warning(
             f"{name}: run {last.run_id} was stopped outside the sensor ({last.status}); it "
-            f"stays stopped until someone launches partition {name!r} again or its spec changes"
+            f"stays stopped until someone {how} or its spec changes"
         )
 
     def stop(self, active: list[RunInfo]) -> None:
@@ -277,6 +293,8 @@ class WorkloadStep:
             ):
                 return "stopping"
             return "starting" if all(r.status in WAITING for r in active) else "running"
+        if self.surplus:
+            return "scaled down"
         if not entry.spec.enabled:
             return "disabled"
         if self.pending is not None:
@@ -292,7 +310,7 @@ class WorkloadStep:
         restarts = len(self.crashes)
         crash_loop = restarts >= self.policy.crash_loop_threshold
         self.out.launches.append(
-            Launch(self.name, entry.hash, self.generation, restarts, crash_loop)
+            Launch(self.workload, entry.hash, self.generation, restarts, crash_loop, self.replica)
         )
         self.out.info(f"{self.name}: launching generation {self.generation}")
         return "starting"
@@ -308,5 +326,5 @@ class WorkloadStep:
             f"{self.name} is CRASH-LOOPING: {crashes} crashes within "
             f"{self.policy.crash_window:.0f} s; restarts are {self.policy.max_backoff:.0f} s "
             f"apart (next {when}). Fix the spec or handler (a spec change restarts it at once) "
-            f"or launch partition {self.name!r} from the UI to retry now"
+            f"or launch partition {self.workload!r} from the UI to retry now"
         )

@@ -91,8 +91,9 @@ class Up:
         """``lanehouse workloads list --json`` on this platform's state dir, by workload."""
         command = [sys.executable, "-m", "orchestration.cli", "workloads", "list", "--json"]
         command += ["--state-dir", str(self.state)]
+        env = {**os.environ, **self.env}  # the workloads directory `up` was given, if any
         done = subprocess.run(
-            command, cwd=REPO, capture_output=True, text=True, timeout=60, check=True
+            command, cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=True
         )
         return {w["name"]: w for w in json.loads(done.stdout)["workloads"]}
 

@@ -2,8 +2,8 @@
 
 Most tests evaluate the sensor the way the code server does (``evaluate_tick``: partition keys
 checked against a job named ``consume_workload`` partitioned by ``workloads``, sensor tags
-added) and apply the result the way the sensor daemon does: partition requests first, then one
-run per run request unless a run with that run key exists. Runs start at once (the stand-in job
+added) and apply the result the way the sensor daemon does: asset events and partition requests
+first, then one run per run request unless a run with that run key exists. Runs start at once (the stand-in job
 never executes); the test moves them through FAILURE or CANCELED with the instance's own report
 calls, stops go through the real ``run_coordinator.cancel_run``, and time is a manual clock.
 One test runs the real sensor daemon iteration against an in-process code location instead.
@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from dagster import (
     AddDynamicPartitionsRequest,
+    AssetKey,
     DagsterEventType,
     DagsterInstance,
     DagsterRun,
@@ -40,6 +41,7 @@ from dagster._core.test_utils import (
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._daemon.sensor import execute_sensor_iteration
 
+from consumers.scaling.lag import Lag
 from orchestration.workloads.cursor import CRASH_LOOP_TAG, RESTARTS_TAG, RestartPolicy
 from orchestration.workloads.discovery import build_discovery_sensor, workload_discovery_sensor
 from orchestration.workloads.heartbeat import write_heartbeat
@@ -49,10 +51,13 @@ from orchestration.workloads.names import (
     GENERATION_TAG,
     PARENT_RUN_TAG,
     PARTITION_TAG,
+    REPLICA_TAG,
     SPEC_HASH_TAG,
     STOP_REASON_TAG,
     WORKLOAD_TAG,
+    topic_asset_key,
 )
+from orchestration.workloads.scaling import SCALING_TAG
 from tests.integration import discovery_defs
 from tests.integration.discovery_defs import stand_in
 
@@ -70,6 +75,7 @@ source:
 handler: consumers.dev.examples:enrich
 concurrency: {concurrency}
 enabled: {enabled}
+replicas: {replicas}
 """
 
 
@@ -93,13 +99,21 @@ class Platform:
     logs: list[logging.LogRecord] = field(default_factory=list)
     #: How long the last ``evaluate_tick`` took (the sensor's work, not the daemon's).
     evaluated_in: float = 0.0
+    #: What the broker answers for an autoscaled workload's lag (set by the test).
+    lag: Lag = field(default_factory=lambda: Lag(0, 0.0, 6, ()))
 
     def __post_init__(self) -> None:
-        self.sensor = build_discovery_sensor(self.directory, clock=lambda: self.now, policy=POLICY)
+        self.sensor = build_discovery_sensor(
+            self.directory, clock=lambda: self.now, policy=POLICY, measure=lambda spec: self.lag
+        )
         self.defs = Definitions(jobs=[stand_in], sensors=[self.sensor])
 
-    def write(self, name: str, concurrency: int = 10, enabled: bool = True) -> None:
-        text = SPEC.format(name=name, concurrency=concurrency, enabled=str(enabled).lower())
+    def write(
+        self, name: str, concurrency: int = 10, enabled: bool = True, replicas: object = 1
+    ) -> None:
+        text = SPEC.format(
+            name=name, concurrency=concurrency, enabled=str(enabled).lower(), replicas=replicas
+        )
         (self.directory / f"{name}.yaml").write_text(text)
 
     def tick(self) -> SensorExecutionData:
@@ -117,6 +131,8 @@ class Platform:
         self.evaluated_in = time.perf_counter() - started
         self.logs = handler.records
         self.cursor = data.cursor
+        for event in data.asset_events:  # as the daemon does
+            self.instance.report_runless_asset_event(event)
         for request in data.dynamic_partitions_requests or []:
             if isinstance(request, AddDynamicPartitionsRequest):
                 self.instance.add_dynamic_partitions(
@@ -395,7 +411,7 @@ def test_the_sensor_daemon_accepts_what_the_sensor_returns(
     directory.mkdir()
     monkeypatch.setenv("LANEHOUSE_WORKLOADS", str(directory))
     (directory / "orders.yaml").write_text(
-        SPEC.format(name="orders", concurrency=1, enabled="true")
+        SPEC.format(name="orders", concurrency=1, enabled="true", replicas=1)
     )
     origin = LoadableTargetOrigin(
         python_file=discovery_defs.__file__, attribute="defs", working_directory=os.getcwd()
@@ -422,7 +438,7 @@ def test_the_sensor_daemon_accepts_what_the_sensor_returns(
         assert first.tags[RUN_KEY_TAG] == f"orders:{first.tags[SPEC_HASH_TAG]}:1"
 
         (directory / "orders.yaml").write_text(
-            SPEC.format(name="orders", concurrency=2, enabled="true")
+            SPEC.format(name="orders", concurrency=2, enabled="true", replicas=1)
         )
         (first,) = iterate(start + 15)  # a queued run is canceled at once by the queue
         assert (first.status, first.tags[STOP_REASON_TAG]) == (S.CANCELED, "spec_changed")
@@ -452,3 +468,63 @@ def test_a_re_execution_does_not_inherit_its_parents_stop_reason(platform: Platf
     stopped = platform.tick()
     assert stopped.run_requests == []
     assert stopped.skip_message == "workloads: 1 stopped by a person"
+
+
+def live(platform: Platform, name: str) -> dict[str, DagsterRun]:
+    """The workload's unfinished runs by replica tag."""
+    return {r.tags[REPLICA_TAG]: r for r in platform.runs(name) if not r.is_finished}
+
+
+def test_replicas_are_runs_of_one_partition_and_scaling_down_stops_only_the_surplus(
+    platform: Platform,
+) -> None:
+    platform.write("orders", replicas=3)
+    platform.tick()
+    runs = live(platform, "orders")
+    assert sorted(runs) == ["0", "1", "2"]
+    assert {r.tags[PARTITION_TAG] for r in runs.values()} == {"orders"}
+    assert platform.partitions() == {"orders"}
+
+    platform.write("orders", replicas=1)
+    platform.now += 10
+    down = platform.tick()
+    assert down.run_requests == []
+    for replica in ("1", "2"):
+        stopping = platform.instance.get_run_by_id(runs[replica].run_id)
+        assert stopping is not None and stopping.status == S.CANCELING
+        assert stopping.tags[STOP_REASON_TAG] == "scaled_down"
+        platform.finish(stopping)
+    platform.now += 10
+    assert platform.tick().skip_message == "workloads: 1 running, 2 scaled down"
+    assert list(live(platform, "orders")) == ["0"]
+    assert live(platform, "orders")["0"].run_id == runs["0"].run_id  # never touched
+
+
+def test_autoscaling_follows_the_broker_lag_and_says_why(platform: Platform) -> None:
+    platform.write("orders", replicas="{min: 1, max: 4, target_lag: 30s, cooldown: 60s}")
+    platform.tick()
+    assert list(live(platform, "orders")) == ["0"]
+
+    platform.lag = Lag(records=90_000, oldest_age=200.0, partitions=3, by_partition=())
+    platform.now += 10
+    platform.tick()
+    runs = live(platform, "orders")
+    assert sorted(runs) == ["0", "1", "2"]  # 4 wanted, 3 partitions
+    assert runs["1"].tags[SCALING_TAG].startswith("up 1 -> 3: oldest unconsumed record 200 s old")
+    assert "orders: scaling up 1 -> 3" in platform.log_text()
+    key = AssetKey(topic_asset_key("orders-in"))
+    [observed] = platform.instance.fetch_observations(key, limit=1).records
+    metadata = observed.asset_observation.metadata  # type: ignore[union-attr]
+    assert (metadata["replicas_wanted"].value, metadata["broker_lag_records"].value) == (3, 90_000)
+
+    platform.lag = Lag(records=0, oldest_age=0.0, partitions=3, by_partition=())
+    for _ in range(5):  # drained, but the cooldown (60 s) holds the count
+        platform.now += 10
+        assert platform.tick().run_requests == []
+        assert len(live(platform, "orders")) == 3
+    platform.now += 20
+    platform.tick()
+    assert "orders: scaling down 3 -> 1" in platform.log_text()
+    stopping = [r for r in live(platform, "orders").values() if r.status == S.CANCELING]
+    assert sorted(r.tags[REPLICA_TAG] for r in stopping) == ["1", "2"]
+    assert {r.tags[STOP_REASON_TAG] for r in stopping} == {"scaled_down"}

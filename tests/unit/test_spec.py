@@ -644,3 +644,40 @@ def test_a_plain_def_handler_runs_on_every_executor(tmp_path: Path, executor: st
 def test_a_closure_is_fine_on_threads(tmp_path: Path) -> None:
     spec = load_spec(write(tmp_path, spec_data(handler="tests.handlers:local_handler")))
     assert resolve_handler(spec) is handlers.local_handler
+
+
+@pytest.mark.parametrize(
+    ("replicas", "source_data", "words"),
+    [
+        (0, None, "at least 1 replica"),
+        (True, None, "expected a number of replicas"),
+        ({"min": 3, "max": 1}, None, "min (3) is above max (1)"),
+        (65, None, "less than or equal to 64"),
+        ({"min": 1, "max": 2, "target_lag": "soon"}, None, "invalid duration"),
+        (2, "exclusive", "an exclusive Pulsar subscription admits one consumer"),
+        (2, "shared", "breaks ordering: key"),
+        ({"min": 1, "max": 3}, "failover", "autoscaling reads the lag of a Kafka consumer group"),
+    ],
+)
+def test_bad_replicas_name_the_field(
+    tmp_path: Path, replicas: Any, source_data: str | None, words: str
+) -> None:
+    data = spec_data(replicas=replicas)
+    if source_data is not None:
+        data["source"] = pulsar_source(subscription_type=source_data)
+    err = spec_error(tmp_path, data, import_handler=False)
+    assert err.field.startswith("replicas"), err
+    assert words in err.reason, err
+
+
+def test_replicas_stay_out_of_the_spec_hash(tmp_path: Path) -> None:
+    one = load_spec(write(tmp_path, spec_data()), import_handler=False)
+    three = load_spec(write(tmp_path, spec_data(replicas=3), "b.yaml"), import_handler=False)
+    scaled = spec_data(replicas={"min": 1, "max": 4, "target_lag": "20s"})
+    auto = load_spec(write(tmp_path, scaled, "c.yaml"), import_handler=False)
+    assert (three.replicas.min, three.replicas.max, auto.replicas.autoscaled) == (3, 3, True)
+    assert auto.replicas.target_lag == 20.0
+    assert spec_hash(one) == spec_hash(three) == spec_hash(auto)
+    assert spec_hash(one) != spec_hash(
+        load_spec(write(tmp_path, spec_data(concurrency=7), "d.yaml"), import_handler=False)
+    )
