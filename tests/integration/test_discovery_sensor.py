@@ -320,25 +320,34 @@ def test_user_terminated_run_stays_stopped_until_relaunched(platform: Platform) 
 
 
 def test_a_run_whose_heartbeat_stops_is_marked_failed_and_restarted(platform: Platform) -> None:
-    platform.write("orders")
+    """Each replica beats under its own key: one replica killed outright is declared dead and
+    restarted alone while the other keeps beating and running."""
+    platform.write("orders", replicas=2)
     platform.tick()
-    (run,) = platform.runs("orders")
+    runs = live(platform, "orders")
     timeout = POLICY.heartbeat_timeout
-    for beat in range(1, 6):  # a live worker: beats keep it running well past the timeout
-        write_heartbeat(platform.instance, "orders", run.run_id, beat)
+    for beat in range(1, 6):  # live workers: beats keep them running well past the timeout
+        write_heartbeat(platform.instance, "orders", runs["0"].run_id, beat)
+        write_heartbeat(platform.instance, "orders#1", runs["1"].run_id, beat)
         platform.now += timeout / 2
-        assert platform.tick().skip_message == "workloads: 1 running"
-    platform.now += timeout - 1  # then it is killed: no more beats
-    assert platform.tick().skip_message == "workloads: 1 running"
+        assert platform.tick().skip_message == "workloads: 2 running"
+    platform.now += timeout - 1  # then replica 1 is killed: no more beats from it
+    write_heartbeat(platform.instance, "orders", runs["0"].run_id, 6)
+    assert platform.tick().skip_message == "workloads: 2 running"
     platform.now += 1
+    write_heartbeat(platform.instance, "orders", runs["0"].run_id, 7)
     platform.tick()
-    dead = platform.instance.get_run_by_id(run.run_id) or pytest.fail("run vanished")
+    dead = platform.instance.get_run_by_id(runs["1"].run_id) or pytest.fail("run vanished")
     assert dead.status == S.FAILURE
     assert f"no heartbeat from this run for {timeout:.0f} s" in failure_message(platform, dead)
+    assert "orders#1: run" in platform.log_text(logging.WARNING)
     assert "has not sent a heartbeat" in platform.log_text(logging.WARNING)
     platform.now += POLICY.base_backoff
+    write_heartbeat(platform.instance, "orders", runs["0"].run_id, 8)
     assert len(platform.tick().run_requests or []) == 1
-    assert platform.runs("orders")[0].tags[RESTARTS_TAG] == "1"
+    now = live(platform, "orders")
+    assert now["0"].run_id == runs["0"].run_id  # never touched
+    assert now["1"].tags[RESTARTS_TAG] == "1"
 
 
 def failure_message(platform: Platform, run: DagsterRun) -> str:
