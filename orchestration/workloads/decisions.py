@@ -103,8 +103,8 @@ def decide(
     for run in runs:
         by_unit.setdefault(run.unit, {})[run.run_id] = run
     held = _held(registry, state)
-    counts = {
-        name: wanted.get(name, entry.spec.replicas.min)
+    counts = {  # a disabled workload is one entry (its replicas are stopped all the same)
+        name: wanted.get(name, entry.spec.replicas.min) if entry.spec.enabled else 1
         for name, entry in registry.workloads.items()
     }
     units = (

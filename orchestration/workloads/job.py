@@ -284,7 +284,8 @@ async def watch_run_status(context: OpExecutionContext, stop: StopRequests) -> N
 
 
 async def beat(context: OpExecutionContext, unit: str) -> None:
-    """Tell the discovery sensor this run (``unit``: its workload's replica) is alive (see :mod:`orchestration.workloads.heartbeat`).
+    """Tell the discovery sensor this run is alive (:mod:`orchestration.workloads.heartbeat`);
+    ``unit`` names the workload's replica it serves.
 
     A failed write is logged and retried on the next beat: missing beats for
     ``heartbeat_timeout`` make the sensor declare the run dead, and the run then stops itself.

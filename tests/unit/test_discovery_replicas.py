@@ -122,3 +122,17 @@ def test_wanted_overrides_the_spec_count_and_a_removed_workload_stops_every_repl
     final = world.tick(registry())
     assert final.delete_partitions == ("orders",)
     assert world.state.workloads == {}
+
+
+def test_disabling_a_replicated_workload_stops_every_replica_and_leaves_one_entry() -> None:
+    world = World()
+    world.tick(registry(workload("orders", replicas=3)))
+    world.start_all()
+    world.tick(registry(workload("orders", replicas=3)))
+    off = registry(workload("orders", replicas=3, enabled=False))
+    stopped = world.tick(off)
+    assert sorted(c.reason for c in stopped.cancels) == ["disabled"] * 3
+    for cancel in stopped.cancels:
+        world.set(cancel.run_id, S.CANCELED, "disabled")
+    world.tick(off)
+    assert world.tick(off).summary == "workloads: 1 disabled"
