@@ -21,9 +21,11 @@ ENV PYTHONUNBUFFERED=1 \
 
 WORKDIR /opt/lanehouse
 
-# Dependencies first, pinned by constraints.txt: a code change does not reinstall them.
+# Dependencies first, pinned by constraints.txt: a code change does not reinstall them. With
+# them the `deploy` extra: the run launchers deploy/dagster.yaml (Docker) and the Kubernetes
+# example name, loaded by every process that reads the instance.
 COPY pyproject.toml constraints.txt ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join(p['dependencies'] + p['optional-dependencies']['deploy']))" > /tmp/requirements.txt \
     && pip install -c constraints.txt -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt
 
