@@ -183,7 +183,6 @@ class WorkloadSpec(FrozenModel):
         self._check_clusters()
         return self
 
-
     def _check_clusters(self) -> None:
         sinks = [sink for sink in (self.output, self.dead_letter) if sink is not None]
         for name in {self.source.cluster, *(sink.cluster for sink in sinks)} - {None}:

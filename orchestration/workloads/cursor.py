@@ -164,6 +164,8 @@ class RunInfo:
     heartbeat: str | None = None
     #: Which replica of the workload it is (``REPLICA_TAG``; 0 for runs launched by hand).
     replica: int = 0
+    #: When it ended (run storage's clock, epoch seconds), if it has.
+    ended_at: float | None = None
 
     @property
     def active(self) -> bool:

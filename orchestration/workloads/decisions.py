@@ -15,8 +15,8 @@ same run seen twice is handled once).
 A workload with ``replicas: n`` is n *replicas*, each a run of its own, tagged with its index
 (``lanehouse/replica``) and handled on its own: ``clickstream`` is replica 0, ``clickstream#1``
 the next (:func:`~orchestration.workloads.names.replica_unit`). Scaling changes no spec hash, so
-the replicas that stay are never stopped; surplus ones are stopped (``scaled_down``), missing
-ones launched. A person's stop of one replica stops that replica only.
+the replicas that stay are never stopped; missing ones are launched, surplus ones stopped
+(``scaled_down``) one at a time, highest first (:func:`_next_to_scale_down` says why). A person's stop of one replica stops that replica only.
 
 Per replica, in order (:class:`orchestration.workloads.steps.WorkloadStep`):
 
@@ -45,6 +45,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+from dagster import DagsterRunStatus
 
 from orchestration.workloads.cursor import (
     Abandon,
@@ -107,6 +109,7 @@ def decide(
         name: wanted.get(name, entry.spec.replicas.min) if entry.spec.enabled else 1
         for name, entry in registry.workloads.items()
     }
+    next_down = _next_to_scale_down(by_unit, counts, now)
     units = (
         {replica_unit(name, i) for name, count in counts.items() for i in range(count)}
         | state.workloads.keys()
@@ -133,6 +136,7 @@ def decide(
             out,
             rewinding=name in rewinding,
             surplus=entry is not None and replica >= counts[name],
+            hold_surplus=next_down.get(name) != replica,
         )
         new = step.run(runs_of)
         if not step.gone:
@@ -153,6 +157,39 @@ def decide(
         messages=tuple(out.messages),
         summary=out.summary(len(registry.invalid)),
     )
+
+
+#: After a run of a workload ended, its next surplus replica waits this long (seconds) to stop.
+SCALE_DOWN_SETTLE = 15.0
+
+
+def _next_to_scale_down(
+    by_unit: Mapping[str, Mapping[str, RunInfo]], counts: Mapping[str, int], now: float
+) -> dict[str, int]:
+    """Per workload, the one surplus replica whose running run may be stopped this tick: the
+    highest, none while a run of the workload is stopping, and none within
+    :data:`SCALE_DOWN_SETTLE` of one ending.
+
+    One at a time, once the group has settled, because each member that leaves a consumer group
+    starts a rebalance, and a member leaving during one can leave the others without
+    partitions: on Tansu they stayed unassigned for good (plain clients, 2 of 3 members leaving
+    0.3 s apart; also one leaving just as the previous rebalance completed). Kafka handles it;
+    the cost is one rebalance per leave, which happens anyway.
+    """
+    busy: set[str] = set()
+    highest: dict[str, int] = {}
+    for unit, runs in by_unit.items():
+        name, replica = unit_workload(unit)
+        for run in runs.values():
+            ended = run.ended_at
+            if run.status == DagsterRunStatus.CANCELING or (
+                ended is not None and now - ended < SCALE_DOWN_SETTLE
+            ):
+                busy.add(name)
+        started = any(r.status == DagsterRunStatus.STARTED for r in runs.values())
+        if name in counts and replica >= counts[name] and started:
+            highest[name] = max(highest.get(name, replica), replica)
+    return {name: replica for name, replica in highest.items() if name not in busy}
 
 
 def _held(registry: Registry, state: DiscoveryState) -> dict[str, InvalidSpec]:

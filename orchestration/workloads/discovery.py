@@ -254,6 +254,7 @@ def run_info(record: RunRecord) -> RunInfo | None:
         status=run.status,
         # A re-execution keeps the replica it copied: re-executing a stopped replica resumes it.
         replica=replica_of(tags),
+        ended_at=record.end_time,
         by_sensor=generation is not None and not reexecuted,
         generation=None if reexecuted else generation,
         spec_hash=None if reexecuted else tags.get(SPEC_HASH_TAG),

@@ -79,12 +79,14 @@ class WorkloadStep:
         out: TickOutput,
         rewinding: bool = False,
         surplus: bool = False,
+        hold_surplus: bool = False,
     ) -> None:
         """``name``: the replica (:func:`~orchestration.workloads.names.replica_unit`)."""
         self.name, self.entry, self.held, self.ws = name, entry, held, ws
         self.workload, self.replica = unit_workload(name)
-        #: A replica beyond the workload's count (scaled down): stopped, never launched.
-        self.surplus = surplus
+        #: A replica beyond the workload's count (scaled down): stopped, never launched; while
+        #: ``hold_surplus``, its running run waits for its turn to stop (one per workload).
+        self.surplus, self.hold_surplus = surplus, hold_surplus
         #: A rewind of this workload runs: nothing is launched until it ends.
         self.rewinding = rewinding
         self.policy, self.now, self.out = policy, now, out
@@ -268,6 +270,9 @@ class WorkloadStep:
                 reason = "superseded"
             if reason is None or run.status == DagsterRunStatus.CANCELING:
                 continue
+            waiting = reason == "scaled_down" and self.hold_surplus
+            if waiting and run.status == DagsterRunStatus.STARTED:
+                continue  # its turn comes once the workload's previous surplus run has ended
             self.out.cancels.append(Cancel(run.run_id, self.name, reason))
             self.canceling.add(run.run_id)
             self.out.info(f"{self.name}: stopping run {run.run_id} ({reason})")

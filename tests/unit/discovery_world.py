@@ -120,7 +120,9 @@ class World:
         return run_id
 
     def set(self, run_id: str, status: DagsterRunStatus, stop_reason: str | None = None) -> None:
-        self.runs[run_id] = replace(self.runs[run_id], status=status, stop_reason=stop_reason)
+        ended = self.now if status in (S.SUCCESS, S.FAILURE, S.CANCELED) else None
+        run = replace(self.runs[run_id], status=status, stop_reason=stop_reason, ended_at=ended)
+        self.runs[run_id] = run
 
     def latest(self, name: str) -> RunInfo:
         return max(

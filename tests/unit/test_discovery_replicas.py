@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from orchestration.workloads.decisions import SCALE_DOWN_SETTLE
 from orchestration.workloads.names import REPLICA_TAG
 from tests.unit.discovery_world import S, World, registry, texts, workload
 
@@ -45,17 +46,20 @@ def test_scaling_down_stops_only_the_surplus_replicas_and_up_again_never_reuses_
 
     one = registry(workload("orders", replicas=1))
     assert three.workloads["orders"].hash == one.workloads["orders"].hash  # not a spec change
+    # One at a time, highest first: the next only once the previous one has ended.
     down = world.tick(one)
-    assert sorted((c.run_id, c.reason) for c in down.cancels) == [
-        (before[1], "scaled_down"),
-        (before[2], "scaled_down"),
-    ]
+    assert [(c.run_id, c.reason) for c in down.cancels] == [(before[2], "scaled_down")]
     assert down.launches == ()
-    for cancel in down.cancels:  # they drain and end
-        world.set(cancel.run_id, S.CANCELED, "scaled_down")
+    assert world.tick(one).cancels == ()  # replica 2 still draining: replica 1 waits
+    world.set(before[2], S.CANCELED, "scaled_down")
+    assert world.tick(one).cancels == ()  # it just ended: the group is still rebalancing
+    world.now += SCALE_DOWN_SETTLE
+    second = world.tick(one)
+    assert [(c.run_id, c.reason) for c in second.cancels] == [(before[1], "scaled_down")]
+    world.set(before[1], S.CANCELED, "scaled_down")
     settled = world.tick(one)
     assert (settled.launches, settled.cancels) == ((), ())
-    assert settled.summary == "workloads: 1 running, 2 scaled down"
+    assert settled.summary == "workloads: 1 running, 1 scaled down"
     assert world.tick(one).summary == "workloads: 1 running"
     assert replicas_running(world) == {0: before[0]}  # replica 0 never touched
     assert set(world.state.workloads) == {"orders"}
