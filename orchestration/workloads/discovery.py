@@ -18,7 +18,8 @@ What an operator sees:
   ``lanehouse/generation``; a restart after crashes adds ``lanehouse/restarts`` (recent crashes)
   and, once crash-looping, ``lanehouse/crash_loop=true`` (filter the Runs page by that tag).
   A run it stops gets ``lanehouse/stop_reason`` (``removed``, ``disabled``, ``spec_changed``,
-  ``superseded``) before Dagster terminates it.
+  ``superseded``, ``scaled_down``), then is marked CANCELING and drains on its own
+  (:func:`stop_run`); each replica's run carries ``lanehouse/replica``.
 * **Dead runs.** A STARTED or CANCELING run whose heartbeat (:mod:`orchestration.workloads.heartbeat`)
   has not changed for ``heartbeat_timeout`` (120 s; ``LANEHOUSE_HEARTBEAT_TIMEOUT``) lost its
   worker: the sensor marks it FAILURE (then it restarts like any crash) or CANCELED, with the
@@ -282,10 +283,24 @@ def _abandon(instance: DagsterInstance, log: logging.Logger, abandon: Abandon) -
 
 
 def stop_run(instance: DagsterInstance, log: logging.Logger, cancel: Cancel) -> None:
-    """Tag the run with why, then ask Dagster to terminate it (one SIGINT to the run)."""
+    """Tag the run with why, then stop it without waiting for it.
+
+    A run that has not started is canceled through the run coordinator (the queue drops it). A
+    started one is only marked CANCELING: its op reads its status every second and drains,
+    commits and ends CANCELED (:func:`orchestration.workloads.job.watch_run_status`). Asking
+    the run launcher instead would block this tick: the Docker launcher's terminate waits for
+    the container to exit (up to its stop timeout, 45 s in ``deploy/dagster.yaml``), and a few
+    drains in one tick would exceed the sensor's time limit.
+    """
     what = f"{cancel.workload}: run {cancel.run_id} ({cancel.reason})"
     try:
         instance.add_run_tags(cancel.run_id, {STOP_REASON_TAG: cancel.reason})
+        run = instance.get_run_by_id(cancel.run_id)
+        if run is None or run.is_finished:
+            return
+        if run.status in (DagsterRunStatus.STARTING, DagsterRunStatus.STARTED):
+            instance.report_run_canceling(run, message=f"Lanehouse: stopping ({cancel.reason})")
+            return
         confirmed = instance.run_coordinator.cancel_run(cancel.run_id)
     except Exception as exc:  # one failed stop must not block the other workloads
         log.error(f"{what}: could not be stopped, retrying next tick: {type(exc).__name__}: {exc}")

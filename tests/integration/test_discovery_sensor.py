@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,7 +41,8 @@ from dagster._core.test_utils import (
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._daemon.sensor import execute_sensor_iteration
 
-from consumers.scaling.lag import Lag
+from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
+from consumers.scaling.lag import Lag, measure_lag
 from orchestration.workloads.cursor import CRASH_LOOP_TAG, RESTARTS_TAG, RestartPolicy
 from orchestration.workloads.decisions import SCALE_DOWN_SETTLE
 from orchestration.workloads.discovery import build_discovery_sensor, workload_discovery_sensor
@@ -61,6 +62,7 @@ from orchestration.workloads.names import (
 from orchestration.workloads.scaling import SCALING_TAG
 from tests.integration import discovery_defs
 from tests.integration.discovery_defs import stand_in
+from tests.integration.test_scaling_lag import PARTITIONS, PER_PARTITION, commit, produce
 
 RUN_KEY_TAG = "dagster/run_key"
 SENSOR_NAME_TAG = "dagster/sensor_name"
@@ -100,12 +102,15 @@ class Platform:
     logs: list[logging.LogRecord] = field(default_factory=list)
     #: How long the last ``evaluate_tick`` took (the sensor's work, not the daemon's).
     evaluated_in: float = 0.0
-    #: What the broker answers for an autoscaled workload's lag (set by the test).
+    #: What the broker answers for an autoscaled workload's lag (set by the test)...
     lag: Lag = field(default_factory=lambda: Lag(0, 0.0, 6, ()))
+    #: ... unless the sensor asks the real broker.
+    real_lag: bool = False
 
     def __post_init__(self) -> None:
+        measure = measure_lag if self.real_lag else (lambda spec: self.lag)
         self.sensor = build_discovery_sensor(
-            self.directory, clock=lambda: self.now, policy=POLICY, measure=lambda spec: self.lag
+            self.directory, clock=lambda: self.now, policy=POLICY, measure=measure
         )
         self.defs = Definitions(jobs=[stand_in], sensors=[self.sensor])
 
@@ -541,3 +546,37 @@ def test_autoscaling_follows_the_broker_lag_and_says_why(platform: Platform) -> 
     assert [(r.tags[REPLICA_TAG], r.tags[STOP_REASON_TAG]) for r in stopping] == [
         ("2", "scaled_down")  # replica 1 follows once replica 2 has ended
     ]
+
+
+def test_autoscaling_reads_the_lag_from_the_broker(
+    kafka_broker: TansuBroker, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """The real broker: records 200 s old and uncommitted scale a workload up to its max (3,
+    the topic's partition count); once the group commits the log end it scales down again."""
+    topic = topic_factory(PARTITIONS)
+    produce(kafka_broker.bootstrap, topic, int((time.time() - 200) * 1000))
+    directory = tmp_path / "workloads"
+    directory.mkdir()
+    config = "".join(f"    {k}: {v}\n" for k, v in TEST_CLIENT_CONFIG.items())
+    (directory / "lagging.yaml").write_text(
+        "name: lagging\nsource:\n  kind: kafka\n"
+        f"  bootstrap_servers: {kafka_broker.bootstrap}\n  topics: [{topic}]\n"
+        f"  group: lagging-group\n  config:\n{config}"
+        "handler: consumers.dev.examples:enrich\n"
+        "replicas: {min: 1, max: 5, target_lag: 60s, cooldown: 0s}\n"
+    )
+    (tmp_path / "home").mkdir()
+    with instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        platform = Platform(instance, directory, now=time.time(), real_lag=True)
+        platform.tick()
+        assert sorted(live(platform, "lagging")) == ["0", "1", "2"]
+        assert f"scaling up 1 -> {PARTITIONS}: oldest unconsumed record 2" in platform.log_text()
+
+        commit(
+            kafka_broker.bootstrap, "lagging-group", topic, dict.fromkeys(range(3), PER_PARTITION)
+        )
+        platform.now += 10
+        platform.tick()
+        assert "lagging: scaling down 3 -> 1" in platform.log_text()
+        [stopping] = [r for r in live(platform, "lagging").values() if r.status == S.CANCELING]
+        assert stopping.tags[REPLICA_TAG] == "2"
