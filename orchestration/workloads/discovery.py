@@ -1,6 +1,6 @@
 """The workload discovery sensor: ``replicas`` runs of ``consume_workload`` per enabled workload.
 
-Every tick (10 s apart by default) it reads the workloads directory
+Every tick (10 s apart by default; ``LANEHOUSE_SENSOR_SECONDS``) it reads the workloads directory
 (:mod:`orchestration.workloads.registry`), registers each valid workload as a ``workloads`` partition, and
 starts, restarts and stops the consumer runs. The decisions are a pure function
 (:func:`orchestration.workloads.decisions.decide`); this module gathers its inputs from the instance
@@ -107,7 +107,7 @@ def build_discovery_sensor(
     *,
     clock: Callable[[], float] = time.time,
     policy: RestartPolicy | None = None,
-    minimum_interval_seconds: int = 10,
+    minimum_interval_seconds: int | None = None,
     measure: Measure = measure_lag,
 ) -> SensorDefinition:
     """The sensor, reading ``directory`` (default: :func:`workloads_dir` at each tick).
@@ -117,11 +117,12 @@ def build_discovery_sensor(
     """
     cache = SpecCache()
     policy = policy or policy_from_env()
+    interval = minimum_interval_seconds or interval_from_env()
 
     @sensor(
         name=DISCOVERY_SENSOR_NAME,
         job_name=CONSUMER_JOB_NAME,
-        minimum_interval_seconds=minimum_interval_seconds,
+        minimum_interval_seconds=interval,
         default_status=DefaultSensorStatus.RUNNING,
         description=(
             "Registers every workload spec as a 'workloads' partition and keeps one "
@@ -135,6 +136,19 @@ def build_discovery_sensor(
         return _evaluate(context, where, clock(), policy, cache, measure)
 
     return workload_discovery
+
+
+#: Seconds between two ticks of the discovery sensor (default 10).
+INTERVAL_ENV = "LANEHOUSE_SENSOR_SECONDS"
+
+
+def interval_from_env() -> int:
+    """``LANEHOUSE_SENSOR_SECONDS`` or 10; ``ValueError`` naming the variable when it is not a
+    whole number of seconds of at least 1 (the code location then fails to load, saying so)."""
+    raw = os.environ.get(INTERVAL_ENV, "10").strip()
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{INTERVAL_ENV}={raw!r}: expected a whole number of seconds, at least 1")
+    return int(raw)
 
 
 def _evaluate(

@@ -26,8 +26,13 @@ WORKLOADS = ("clickstream", "orders")
 class Up:
     def __init__(self, state: Path, env: dict[str, str] | None = None) -> None:
         self.state = state
-        # Progress every 5 s instead of 30: the tests wait for a run's first report.
-        self.env = {"LANEHOUSE_OBSERVE_SECONDS": "5", **(env or {})}
+        # Progress every 5 s instead of 30: the tests wait for a run's first report; and the
+        # sensor every 3 s instead of 10: they wait for its launches and stops.
+        self.env = {
+            "LANEHOUSE_OBSERVE_SECONDS": "5",
+            "LANEHOUSE_SENSOR_SECONDS": "3",
+            **(env or {}),
+        }
         self.ui_port = free_port()
         self.ports = [self.ui_port, free_port(), free_port()]
 

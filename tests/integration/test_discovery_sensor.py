@@ -202,6 +202,15 @@ def test_sensor_definition() -> None:
     Definitions.validate_loadable(Definitions(jobs=[stand_in], sensors=[sensor]))
 
 
+def test_the_tick_interval_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LANEHOUSE_SENSOR_SECONDS", "3")
+    assert build_discovery_sensor().minimum_interval_seconds == 3
+    for bad in ("0", "2.5", "soon"):
+        monkeypatch.setenv("LANEHOUSE_SENSOR_SECONDS", bad)
+        with pytest.raises(ValueError, match=f"LANEHOUSE_SENSOR_SECONDS='{bad}'"):
+            build_discovery_sensor()
+
+
 def test_new_workload_is_registered_and_launched_once(platform: Platform) -> None:
     platform.write("orders")
     data = platform.tick()
