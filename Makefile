@@ -50,7 +50,8 @@ bench: $(STAMP)
 bench-e2e: $(STAMP)
 	$(BIN)/python bench/e2e.py
 
-# `lanehouse consume --replicas 1` vs `--replicas 2` on one 8-partition topic (docs/benchmarks.md).
+# Two replicas against one on one 8-partition topic, as `lanehouse consume --replicas R` and as R
+# Dagster consumer runs (`--modes cli,runs`, both by default; docs/benchmarks.md).
 .PHONY: bench-fleet
 bench-fleet: $(STAMP)
 	$(BIN)/python -m bench.fleet
