@@ -4,7 +4,8 @@ topics → landed → Spark assets, today's landed partition shows materialized,
 backfill launched from the materialize dialog finishes successfully with clean rows and a
 passing reconciliation check; terminating the clickstream run from the UI leaves a CANCELED run
 with its offsets committed, which the sensor does not restart; launching the workload again
-from the launchpad resumes from those offsets.
+from the launchpad resumes from those offsets; autoscaling bounds (2 to 3 replicas) add a second
+clickstream run beside it, each run showing its replica and partitions.
 
 Screenshots of the key pages go to ``$LANEHOUSE_ARTIFACTS`` (default ``test-artifacts/ui``).
 """
@@ -24,7 +25,7 @@ import pytest
 
 from consumers.backends.kafka import committed_offsets
 from tests.helpers import wait_until
-from tests.integration.platform_up import WORKLOADS, Up
+from tests.integration.platform_up import REPO, WORKLOADS, Up
 
 # The browser test took 3 min 20 s on a quiet 2-core machine: room for a busier one.
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -84,7 +85,9 @@ def test_terminate_from_the_ui_then_relaunch_resumes(tmp_path: Path, page: objec
     from playwright.sync_api import Page, expect
 
     assert isinstance(page, Page)
-    up = Up(tmp_path / "state")
+    workloads = tmp_path / "workloads"  # a copy: the test scales clickstream by editing it
+    shutil.copytree(REPO / "workloads", workloads)
+    up = Up(tmp_path / "state", env={"LANEHOUSE_WORKLOADS": str(workloads)})
     nux_seen(up)
     url = f"http://127.0.0.1:{up.ui_port}"
     with up.running() as proc:
@@ -167,7 +170,50 @@ def test_terminate_from_the_ui_then_relaunch_resumes(tmp_path: Path, page: objec
         page.goto(f"{url}/runs/{relaunched}")
         expect(page.get_by_text("Started").first).to_be_visible(timeout=30_000)
         page.screenshot(path=ARTIFACTS / "8-relaunched.png")
+
+        replicas_in_the_ui(page, up, url, workloads / "clickstream.yaml", relaunched)
         up.stop(proc)
+
+
+def replicas_in_the_ui(page: object, up: Up, url: str, spec: Path, running: str) -> None:
+    """clickstream autoscaled between 2 and 3 replicas: a second run joins (the first keeps
+    running), the Runs page lists both, each run shows its replica and the partitions it holds,
+    and the source topic's asset gets the sensor's scaling figures."""
+    from playwright.sync_api import Page, expect
+
+    assert isinstance(page, Page)
+    spec.write_text(spec.read_text() + "replicas: {min: 2, max: 3, target_lag: 1h}\n")
+
+    def replicas() -> dict[str, dict[str, Any]]:
+        return {
+            run["tags"].get("lanehouse/replica", "0"): run
+            for run in up.runs()
+            if run["status"] == "STARTED" and run["tags"].get("dagster/partition") == "clickstream"
+        }
+
+    wait_until(
+        lambda: (
+            set(replicas()) == {"0", "1"}
+            and all(
+                r["tags"].get("lanehouse/assigned", "none") != "none" for r in replicas().values()
+            )
+        ),
+        timeout=120,
+        interval=1,
+        message=f"two clickstream replicas, each holding partitions\n{up.log()}",
+    )
+    assert replicas()["0"]["runId"] == running
+    page.goto(f"{url}/runs")
+    expect(page.get_by_text("partition: clickstream").nth(1)).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("lanehouse/replica: 1").first).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("lanehouse/assigned: clickstream.events[").first).to_be_visible()
+    page.screenshot(path=ARTIFACTS / "9-replica-runs.png")
+    page.goto(f"{url}/runs/{replicas()['1']['runId']}")
+    expect(page.get_by_text("Started").first).to_be_visible(timeout=30_000)
+    page.screenshot(path=ARTIFACTS / "10-replica-run.png")
+    page.goto(f"{url}/assets/topics/clickstream_events?view=events")
+    page.wait_for_load_state("networkidle")
+    page.screenshot(path=ARTIFACTS / "11-topic-scaling-figures.png")
 
 
 LINEAGE = (

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from orchestration.workloads.decisions import SCALE_DOWN_SETTLE
 from orchestration.workloads.names import REPLICA_TAG
+from orchestration.workloads.registry import Registry
 from tests.unit.discovery_world import S, World, registry, texts, workload
 
 
@@ -17,6 +18,14 @@ def replicas_running(world: World) -> dict[int, str]:
     by_replica = {run.replica: run.run_id for run in active}
     assert len(by_replica) == len(active), active
     return by_replica
+
+
+def all_started(world: World, reg: Registry) -> dict[int, str]:
+    """Launch the workload's replicas, let their runs start; their run ids by replica."""
+    world.tick(reg)
+    world.start_all()
+    world.tick(reg)
+    return replicas_running(world)
 
 
 def test_three_replicas_are_three_runs_with_their_index_and_own_run_keys() -> None:
@@ -39,10 +48,7 @@ def test_three_replicas_are_three_runs_with_their_index_and_own_run_keys() -> No
 def test_scaling_down_stops_only_the_surplus_replicas_and_up_again_never_reuses_a_run_key() -> None:
     world = World()
     three = registry(workload("orders", replicas=3))
-    world.tick(three)
-    world.start_all()
-    world.tick(three)
-    before = replicas_running(world)
+    before = all_started(world, three)
 
     one = registry(workload("orders", replicas=1))
     assert three.workloads["orders"].hash == one.workloads["orders"].hash  # not a spec change
@@ -76,10 +82,7 @@ def test_scaling_down_stops_only_the_surplus_replicas_and_up_again_never_reuses_
 
 def test_a_person_stopping_one_replica_stops_that_replica_only_until_they_re_execute_it() -> None:
     world, reg = World(), registry(workload("orders", replicas=2))
-    world.tick(reg)
-    world.start_all()
-    world.tick(reg)
-    runs = replicas_running(world)
+    runs = all_started(world, reg)
     world.set(runs[1], S.CANCELED)  # Terminate in the UI
     stopped = world.tick(reg)
     assert stopped.launches == ()
@@ -99,10 +102,7 @@ def test_a_person_stopping_one_replica_stops_that_replica_only_until_they_re_exe
 
 def test_a_crashed_replica_restarts_alone_after_its_backoff() -> None:
     world, reg = World(), registry(workload("orders", replicas=3))
-    world.tick(reg)
-    world.start_all()
-    world.tick(reg)
-    runs = replicas_running(world)
+    runs = all_started(world, reg)
     world.set(runs[2], S.FAILURE)
     crashed = world.tick(reg)
     assert crashed.launches == ()
