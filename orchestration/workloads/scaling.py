@@ -3,9 +3,9 @@
 stuck or gone reports nothing) and :func:`consumers.scaling.policy.next_replicas` chooses its
 replica count, which :func:`orchestration.workloads.decisions.decide` then keeps.
 
-Every decision is visible three ways: a line in the tick's log (a change at info, an unreadable
-broker as a warning), the ``lanehouse/scaling`` tag on the runs a scale-up launches, and an
-``AssetObservation`` of each source topic with the figures as numbers (``replicas_wanted``,
+Every decision is visible three ways: a line in the tick's log (``clickstream: scaling up
+1 -> 3: ...`` or ``... scaling hold 2: ...``; an unreadable broker as a warning), the
+``lanehouse/scaling`` tag on the runs a scale-up launches, and an ``AssetObservation`` of each source topic with the figures as numbers (``replicas_wanted``,
 ``broker_lag_records``, ``oldest_unconsumed_seconds``), which the asset's Plots tab draws
 over time.
 """
@@ -68,9 +68,9 @@ def plan_scaling(
         state, decision = next_replicas(spec.replicas, states.get(name), lag, now)
         tick.states[name] = state
         tick.wanted[name] = decision.replicas
+        tick.messages.append(Message("info", f"{name}: scaling {decision.reason}"))
         if decision.changed:
             tick.changes[name] = decision
-            tick.messages.append(Message("info", f"{name}: scaling {decision.reason}"))
         if lag is not None:
             tick.observations += _observations(spec, decision, lag)
     return tick
