@@ -160,7 +160,8 @@ def collect_statuses(
     statuses = []
     for name in names:
         runs = _runs(instance, name, history)
-        beat = beats.get(runs[0].run_id) if runs else None
+        current = _current(runs)
+        beat = beats.get(current.run_id) if current is not None else None
         age = max(now.timestamp() - beat.at, 0.0) if beat is not None and beat.at else None
         scale = cursor.scale.get(name) if cursor is not None else None
         context = _Context(registry, invalid, states.get(name), now, policy, age, scale)
@@ -224,8 +225,7 @@ def _status(
     broken = context.invalid.get(name)
     state, now = context.state, context.now
     spec = entry.spec if entry is not None else None
-    replica_zero = [r for r in runs if r.replica == 0]
-    run = replica_zero[0] if replica_zero else (runs[0] if runs else None)
+    run = _current(runs)
     live = [r.run_id for r in runs if r.status not in _FINISHED]
     progress: list[TopicProgress] = []
     reporting = live or ([run.run_id] if run is not None else [])
@@ -263,6 +263,11 @@ def _status(
         replicas_running=len({r.replica for r in runs if r.status not in _FINISHED}),
         scaling=context.scale.reason if context.scale is not None else None,
     )
+
+
+def _current(runs: list[RunSummary]) -> RunSummary | None:
+    """The run the workload's phase is about: replica 0's newest (any newest without one)."""
+    return next((r for r in runs if r.replica == 0), runs[0] if runs else None)
 
 
 def _wanted(spec: WorkloadSpec | None, scale: ScaleState | None) -> int | None:

@@ -51,6 +51,8 @@ PARTITIONS = 4
 RECORDS = 8000
 OBSERVATION_KEYS = {
     "workload",
+    "replica",
+    "assigned",
     "status",
     "records_completed",
     "records_failed",
@@ -345,7 +347,12 @@ def test_the_run_serves_metrics_and_health_at_the_address_in_its_tags(graceful_r
     # Prometheus found the run through its file_sd target while it ran; the file went with it.
     address = url.removeprefix("http://")
     assert scraped["targets"] == [
-        [{"targets": [address], "labels": {"workload": "orders", "dagster_run_id": run.run_id}}]
+        [
+            {
+                "targets": [address],
+                "labels": {"workload": "orders", "replica": "0", "dagster_run_id": run.run_id},
+            }
+        ]
     ]
     assert graceful_run.targets_after == []
     # And the topic's observations link to it.
@@ -369,6 +376,10 @@ def test_observations_report_progress_on_the_topic_asset(graceful_run: Run) -> N
     assert final["records_completed"] == len(graceful_run.finished)
     assert final["in_flight"] == 0
     assert final["partitions"] == PARTITIONS
+    # Each observation says which replica made it, and which partitions it held.
+    assert {e["replica"] for e in metadata} == {0}
+    every = ",".join(map(str, range(PARTITIONS)))
+    assert every in {e["assigned"] for e in earlier} <= {"", every}  # "": before it joined
     # Lag counts from the commit position: records completed above a gap still count.
     positions = [first_unhandled(p, graceful_run.finished) for p in range(PARTITIONS)]
     assert final["lag"] == RECORDS - sum(positions)
