@@ -1,31 +1,31 @@
-"""One replica's consumer run in a process of its own, as a run worker executes it:
-``python -m tests.integration.replica_run WORKLOAD REPLICA`` runs ``consume_workload`` for
-partition WORKLOAD in process on the instance at ``$DAGSTER_HOME``, tagged with the replica, and
-exits once the run ends (terminate it by marking it CANCELING, as Dagster does)."""
+"""A run worker for one consumer run: ``python -m tests.integration.replica_run RUN_ID``
+executes the run (created by the test the way the sensor daemon creates it) on the instance at
+``$DAGSTER_HOME``, as ``dagster api execute_run`` does, and exits once the run ends (stop it by
+marking it CANCELING, as the sensor does). ``$LH_HEARTBEAT_SECONDS`` shortens the heartbeat so
+a test can see a killed worker declared dead in seconds."""
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
-from dagster import DagsterInstance
+from dagster import DagsterInstance, reconstructable
+from dagster._core.execution.api import execute_run
 
+from orchestration.workloads import job as job_module
 from orchestration.workloads.job import consumer_job
-from orchestration.workloads.names import REPLICA_TAG
 
 
-def main(workload: str, replica: str) -> None:
+def main(run_id: str) -> None:
+    job_module.HEARTBEAT_SECONDS = float(os.environ.get("LH_HEARTBEAT_SECONDS", "10"))
     with DagsterInstance.get() as instance:
-        consumer_job.execute_in_process(
-            partition_key=workload,
-            instance=instance,
-            run_config={"ops": {"consume": {"config": {"observe_every_seconds": 0.5}}}},
-            tags={REPLICA_TAG: replica},
-            raise_on_error=False,
-        )
+        run = instance.get_run_by_id(run_id)
+        assert run is not None, run_id
+        execute_run(reconstructable(consumer_job), run, instance)
 
 
 if __name__ == "__main__":
-    # The engine's own lines (assignments, revokes, commits) into the test's log of this process.
+    # The engine's own lines (assignments, revokes, commits) into this process's log.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    main(*sys.argv[1:3])
+    main(sys.argv[1])

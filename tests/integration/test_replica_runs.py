@@ -1,52 +1,137 @@
-"""Replicas as Dagster runs on a real Tansu broker and a real Dagster instance (SQLite, shared by
-four processes): three consumer runs of one workload, each a process of its own tagged replica
-0, 1, 2 (``tests/integration/replica_run.py``, as three run workers would execute them), split
-a 6-partition topic 2/2/2. Scaled down to one while records flow, the two surplus runs drain and
-end CANCELED one after the other, as the sensor stops them, the third keeps running untouched and takes every partition, and nothing is lost:
-every record handled, key order kept within each run, no partition handled by two runs at once,
-committed = log end.
+"""Replicas as Dagster runs, end to end without the daemon's timing: the real discovery sensor
+ticks every half second (as the sensor daemon would run it, here on a thread), each run request
+becomes a run that a run worker process executes (``tests/integration/replica_run.py``, as
+``dagster api execute_run`` does), on one SQLite instance and a real Tansu broker.
 
-What the discovery sensor decides about replicas is tested against a real instance in
-``test_discovery_sensor.py``; ``test_up.py`` scales a workload under ``lanehouse up``.
+``replicas: 3`` on a 6-partition topic: three runs split it 2/2/2. 15,000 records flow; one
+replica's process is killed with ``kill -9``: the sensor declares its run dead (no heartbeat),
+the other two serve its partitions meanwhile, and it is restarted alone after its backoff.
+15,000 more records flow, and a spec edit to ``replicas: 1`` stops the two surplus runs (one at
+a time); the first run is never touched. Nothing is lost: every record handled, key order kept
+within each process, no partition held by two processes at once, committed = log end.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+import signal
 import subprocess
 import sys
-from collections import Counter
-from collections.abc import Callable
+import threading
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+from dagster import (
+    AddDynamicPartitionsRequest,
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    Definitions,
+    RunsFilter,
+    build_sensor_context,
+)
 
 from consumers.dev.embedded.tansu import TansuBroker
 from consumers.dev.sample import produce_sample
-from orchestration.workloads.names import (
-    ASSIGNED_TAG,
-    CONSUMER_JOB_NAME,
-    REPLICA_TAG,
-    STOP_REASON_TAG,
-)
-from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
+from orchestration.workloads import decisions
+from orchestration.workloads.cursor import RESTARTS_TAG, RestartPolicy
+from orchestration.workloads.discovery import build_discovery_sensor
+from orchestration.workloads.job import consumer_job
+from orchestration.workloads.names import ASSIGNED_TAG, CONSUMER_JOB_NAME, REPLICA_TAG
 from tests.backends import assert_all_committed
 from tests.helpers import wait_until
-from tests.integration.fleet_recording import read_fleet
+from tests.integration.fleet_recording import Handled, read_fleet
 from tests.integration.processes import REPO, write_spec
-from tests.integration.test_fleet import assert_key_order, assert_no_two_owners_at_once
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 PARTITIONS = 6
 RECORDS = 30_000
 KEYS = 300
+#: Beats every half second, so a killed worker is declared dead after 3 s, restarted 4 s later.
+POLICY = RestartPolicy(base_backoff=4, max_backoff=8, heartbeat_timeout=3)
+S = DagsterRunStatus
 
 
-def replica_runs(instance: DagsterInstance) -> dict[str, DagsterRun]:
-    runs = instance.get_runs(RunsFilter(job_name=CONSUMER_JOB_NAME))
-    return {run.tags[REPLICA_TAG]: run for run in runs}
+@dataclass
+class Daemon:
+    """The sensor daemon's part, on a thread: tick, add partitions, create and start runs."""
+
+    instance: DagsterInstance
+    workloads: Path
+    topic: str
+    env: dict[str, str]
+    logs: Path
+    cursor: str | None = None
+    workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    error: BaseException | None = None
+
+    def __post_init__(self) -> None:
+        self.sensor = build_discovery_sensor(self.workloads, policy=POLICY)
+        self.defs = Definitions(jobs=[consumer_job], sensors=[self.sensor])
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="sensor-daemon", daemon=True)
+
+    def __enter__(self) -> Daemon:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        for run in self.runs().values():
+            if not run.is_finished:
+                self.instance.report_run_canceling(run)
+        for worker in self.workers.values():
+            worker.wait(60)
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.wait(0.5):
+                self.tick()
+        except BaseException as exc:
+            self.error = exc
+
+    def tick(self) -> None:
+        context = build_sensor_context(
+            instance=self.instance,
+            instance_ref=self.instance.get_ref(),
+            cursor=self.cursor,
+            definitions=self.defs,
+        )
+        data = self.sensor.evaluate_tick(context)
+        self.cursor = data.cursor
+        for request in data.dynamic_partitions_requests or []:
+            if isinstance(request, AddDynamicPartitionsRequest):
+                self.instance.add_dynamic_partitions(
+                    request.partitions_def_name, request.partition_keys
+                )
+        for run_request in data.run_requests or []:
+            run = self.instance.create_run_for_job(consumer_job, tags=run_request.tags)
+            replica = run.tags[REPLICA_TAG]
+            self.workers[run.run_id] = subprocess.Popen(
+                [sys.executable, "-m", "tests.integration.replica_run", run.run_id],
+                cwd=REPO,
+                env={**self.env, "LANEHOUSE_REPLICA": replica},
+                stdout=subprocess.DEVNULL,
+                stderr=(self.logs / f"replica-{replica}-{run.run_id[:8]}.log").open("w"),
+            )
+
+    def runs(self) -> dict[str, DagsterRun]:
+        return {r.run_id: r for r in self.instance.get_runs(RunsFilter(job_name=CONSUMER_JOB_NAME))}
+
+    def ended_at(self, run_id: str) -> float:
+        record = self.instance.get_run_record_by_id(run_id)
+        assert record is not None and record.end_time is not None, run_id
+        return record.end_time
+
+    def live(self) -> dict[str, DagsterRun]:
+        """STARTED runs by replica tag."""
+        return {r.tags[REPLICA_TAG]: r for r in self.runs().values() if r.status == S.STARTED}
 
 
 def assigned(run: DagsterRun) -> set[int]:
@@ -55,14 +140,14 @@ def assigned(run: DagsterRun) -> set[int]:
     return {int(p) for p in text.partition("[")[2].rstrip("]").split(",") if p}
 
 
-def split_between(instance: DagsterInstance, *replicas: str) -> Callable[[], bool]:
-    """Whether these replicas' runs hold every partition, evenly and once."""
+def split_between(daemon: Daemon, *replicas: str) -> Callable[[], bool]:
+    """Whether exactly these replicas run, holding every partition, evenly and once."""
 
     def check() -> bool:
-        runs = replica_runs(instance)
-        parts = [assigned(runs[r]) for r in replicas if r in runs]
+        live = daemon.live()
+        parts = [assigned(live[r]) for r in replicas if r in live]
         return (
-            len(parts) == len(replicas)
+            set(live) == set(replicas)
             and all(len(p) == PARTITIONS // len(replicas) for p in parts)
             and set().union(*parts) == set(range(PARTITIONS))
         )
@@ -70,100 +155,121 @@ def split_between(instance: DagsterInstance, *replicas: str) -> Callable[[], boo
     return check
 
 
-def stop_replica(instance: DagsterInstance, workers: list[subprocess.Popen[bytes]], i: int) -> None:
-    """As the sensor stops a surplus replica: the reason, then CANCELING; it drains and exits."""
-    run = replica_runs(instance)[str(i)]
-    instance.add_run_tags(run.run_id, {STOP_REASON_TAG: "scaled_down"})
-    instance.report_run_canceling(run)
-    assert workers[i].wait(60) == 0
-
-
-def test_three_replica_runs_split_six_partitions_and_scaling_down_loses_nothing(
-    kafka_broker: TansuBroker, topic_factory: Callable[..., str], tmp_path: Path
-) -> None:
+@pytest.fixture
+def platform(tmp_path: Path, kafka_broker: TansuBroker, topic_factory) -> Iterator[Daemon]:
     home, workloads, records = tmp_path / "dagster", tmp_path / "workloads", tmp_path / "records"
     for directory in (home, workloads, records):
         directory.mkdir()
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     topic = topic_factory(PARTITIONS)
-    spec = write_spec(workloads / "fleet.yaml", kafka_broker, topic, "fleet-group", concurrency=30)
-    text = spec.read_text().replace("name: recorder", "name: fleet")
-    text = text.replace("tests.integration.recording:", "tests.integration.fleet_recording:")
-    spec.write_text(text + "replicas: 3\n")
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO),
         "DAGSTER_HOME": str(home),
         "LANEHOUSE_WORKLOADS": str(workloads),
         "LANEHOUSE_LAKE": str(tmp_path / "lake"),
+        "LANEHOUSE_OBSERVE_SECONDS": "0.5",
+        "LH_HEARTBEAT_SECONDS": "0.5",
         "LH_RECORD_DIR": str(records),
         "LH_DELAY": "0.02",
     }
     with DagsterInstance.from_config(str(home)) as instance:
-        assert WORKLOAD_PARTITIONS.name is not None
-        instance.add_dynamic_partitions(WORKLOAD_PARTITIONS.name, ["fleet"])
-        command = [sys.executable, "-m", "tests.integration.replica_run", "fleet"]
-        workers = [
-            subprocess.Popen(
-                [*command, str(i)],
-                cwd=REPO,
-                env={**env, "LANEHOUSE_REPLICA": str(i)},
-                stdout=subprocess.DEVNULL,
-                stderr=(tmp_path / f"replica-{i}.log").open("w"),
-            )
-            for i in range(3)
-        ]
-        try:
-            wait_until(
-                split_between(instance, "0", "1", "2"), 90, message="three runs, 2 partitions each"
-            )
-            before = {r: run.run_id for r, run in replica_runs(instance).items()}
-            produce_sample(kafka_broker.bootstrap, topic, RECORDS, KEYS)
-            wait_until(
-                lambda: len(read_fleet(records)) >= RECORDS // 3, 60, message="a third handled"
-            )
-            # What the sensor does: highest first, one at a time, the next once the group has
-            # settled (it waits SCALE_DOWN_SETTLE after a run ended; here: until the two left
-            # hold 3 partitions each).
-            stop_replica(instance, workers, 2)
-            wait_until(split_between(instance, "0", "1"), 60, message="3/3 after one left")
-            stop_replica(instance, workers, 1)
-            wait_until(
-                lambda: assigned(replica_runs(instance)["0"]) == set(range(PARTITIONS)),
-                60,
-                message="replica 0 takes every partition",
-            )
-            wait_until(
-                lambda: len({(r.partition, r.offset) for r in read_fleet(records)}) == RECORDS,
-                90,
-                message="every record handled",
-            )
-            assert replica_runs(instance)["0"].run_id == before["0"]
-            assert replica_runs(instance)["0"].status == DagsterRunStatus.STARTED
-            wait_until(
-                lambda: _committed(kafka_broker, topic),
-                30,
-                message="committed = log end",
-            )
-        finally:
-            for run in replica_runs(instance).values():
-                if run.status == DagsterRunStatus.STARTED:
-                    instance.report_run_canceling(run)
-            for worker in workers:
-                worker.wait(60)
-        runs = replica_runs(instance)
-        assert {r: run.status for r, run in runs.items()} == dict.fromkeys(
-            "012", DagsterRunStatus.CANCELED
+        yield Daemon(instance, workloads, topic, env, tmp_path)
+
+
+def set_replicas(daemon: Daemon, broker: TansuBroker, replicas: int, enabled: bool = True) -> None:
+    spec = write_spec(daemon.workloads / "fleet.yaml", broker, daemon.topic, "fleet-group", 30)
+    text = spec.read_text().replace("name: recorder", "name: fleet")
+    text = text.replace("tests.integration.recording:", "tests.integration.fleet_recording:")
+    spec.write_text(text + f"replicas: {replicas}\nenabled: {str(enabled).lower()}\n")
+
+
+def test_replica_runs_split_survive_a_kill_and_scale_down_losing_nothing(
+    platform: Daemon, kafka_broker: TansuBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(decisions, "SCALE_DOWN_SETTLE", 3.0)  # Tansu rebalances in ~1 s here
+    daemon, topic = platform, platform.topic
+    records = Path(daemon.env["LH_RECORD_DIR"])
+    set_replicas(daemon, kafka_broker, 3)
+    with daemon:
+        wait_until(
+            split_between(daemon, "0", "1", "2"), 90, message="three runs, 2 partitions each"
         )
+        first = daemon.live()["0"].run_id
+        half = RECORDS // 2
+        produce_sample(kafka_broker.bootstrap, topic, half, KEYS)
+        wait_until(lambda: len(read_fleet(records)) >= half // 2, 60, message="a quarter done")
+
+        killed = daemon.live()["1"]
+        daemon.workers[killed.run_id].send_signal(signal.SIGKILL)
+        # The other two hold every partition until replica 1 is back.
+        wait_until(split_between(daemon, "0", "2"), 60, message="0 and 2 serve all partitions")
+        wait_until(
+            lambda: "1" in daemon.live() and daemon.live()["1"].run_id != killed.run_id,
+            60,
+            message="replica 1 restarted",
+        )
+        assert daemon.runs()[killed.run_id].status == S.FAILURE
+        assert daemon.live()["1"].tags[RESTARTS_TAG] == "1"
+        wait_until(split_between(daemon, "0", "1", "2"), 60, message="2/2/2 again")
+        produce_sample(kafka_broker.bootstrap, topic, half, KEYS, key_prefix="b")
+        wait_until(lambda: _handled(records) >= half + 1000, 60, message="second half flows")
+
+        set_replicas(daemon, kafka_broker, 1)  # scale down while records flow
+        wait_until(split_between(daemon, "0"), 90, message="replica 0 takes every partition")
+        assert daemon.live()["0"].run_id == first  # never touched
+        stopped = [r for r in daemon.runs().values() if r.tags.get("lanehouse/stop_reason")]
+        assert sorted(r.tags[REPLICA_TAG] for r in stopped) == ["1", "2"]
+        assert all(r.status == S.CANCELED for r in stopped)
+        ends = {r.tags[REPLICA_TAG]: daemon.ended_at(r.run_id) for r in stopped}
+        assert ends["2"] < ends["1"]  # highest first, one at a time
+
+        wait_until(
+            lambda: _handled(records) == RECORDS,
+            90,
+            message="every record handled",
+        )
+        wait_until(lambda: _committed(kafka_broker, topic), 30, message="committed = log end")
+        set_replicas(daemon, kafka_broker, 1, enabled=False)
+        wait_until(lambda: not daemon.live(), 60, message="the last run stops when disabled")
+    assert daemon.error is None, daemon.error
+    for run_id, worker in daemon.workers.items():
+        expected = -signal.SIGKILL if run_id == killed.run_id else 0
+        assert worker.returncode == expected, (run_id, worker.returncode)
 
     rows = read_fleet(records)
     handled = {(row.key, row.seq) for row in rows}
     per_key = Counter(key for key, _ in handled)  # each key's records are numbered 0, 1, ...
     assert all((key, seq) in handled for key, n in per_key.items() for seq in range(n))
     assert len(handled) == RECORDS, f"records lost: {RECORDS - len(handled)} never handled"
-    assert set(Counter(row.replica for row in rows)) == {0, 1, 2}
+    assert len({row.pid for row in rows}) == 4  # three replicas, one of them restarted
     assert_key_order(rows)
     assert_no_two_owners_at_once(rows)
+
+
+def assert_key_order(rows: list[Handled]) -> None:
+    """Within one assignment of one process, each key's sequence numbers strictly increase."""
+    last: dict[tuple[int, int, str], int] = {}
+    for row in rows:
+        where = (row.pid, row.epoch, row.key)
+        assert row.seq > last.get(where, -1), f"key {row.key} out of order in {where}"
+        last[where] = row.seq
+
+
+def assert_no_two_owners_at_once(rows: list[Handled]) -> None:
+    """Per partition, the spans of its assignments (process, epoch) never overlap in time."""
+    spans: dict[int, dict[tuple[int, int], list[int]]] = defaultdict(dict)
+    for row in rows:
+        span = spans[row.partition].setdefault((row.pid, row.epoch), [row.at_ns, row.at_ns])
+        span[0], span[1] = min(span[0], row.at_ns), max(span[1], row.at_ns)
+    for partition, owners in spans.items():
+        ordered = sorted(owners.items(), key=lambda item: item[1][0])
+        for (before, (_, end)), (after, (start, _)) in itertools.pairwise(ordered):
+            assert end < start, f"partition {partition}: {before} and {after} handled it at once"
+
+
+def _handled(records: Path) -> int:
+    return len({(r.partition, r.offset) for r in read_fleet(records)})
 
 
 def _committed(broker: TansuBroker, topic: str) -> bool:

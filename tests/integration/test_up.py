@@ -1,15 +1,15 @@
 """``lanehouse up`` for real: brokers, producers and ``dagster dev`` from a clean state dir; the
-discovery sensor starts a consumer run per workload; a spec edit scales clickstream to two
-replica runs and back; SIGTERM takes everything down, consumer runs first (CANCELED, tagged as
-stopped by the platform); a second ``up`` on the same state dir starts them again. After a power
-loss (everything killed with SIGKILL) the runs left STARTED are declared dead by their silent
-heartbeats and their workloads start again."""
+discovery sensor starts a consumer run per workload; SIGTERM takes everything down, consumer
+runs first (CANCELED, tagged as stopped by the platform); a second ``up`` on the same state dir
+starts them again. After a power loss (everything killed with SIGKILL) the runs left STARTED are
+declared dead by their silent heartbeats and their workloads start again. (Replicas under the
+real daemon: ``test_ui.py`` scales clickstream to two runs; ``test_replica_runs.py`` takes the
+sensor and run workers through a kill and a scale-down.)"""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import urllib.request
@@ -57,70 +57,8 @@ def rewind_clickstream(up: Up, running: str) -> str:
     return up.started()["clickstream"]
 
 
-def clickstream_replicas(up: Up) -> dict[str, dict[str, object]]:
-    """clickstream's STARTED runs by replica tag."""
-    return {
-        str(run["tags"].get("lanehouse/replica")): run
-        for run in up.runs()
-        if run["status"] == "STARTED" and run["tags"].get("dagster/partition") == "clickstream"
-    }
-
-
-def assigned(run: dict[str, object]) -> set[int]:
-    """The partitions a run's ``lanehouse/assigned`` tag names, e.g. ``clickstream.events[0,3]``."""
-    tags = run["tags"]
-    assert isinstance(tags, dict)
-    text = str(tags.get("lanehouse/assigned", "none"))
-    inside = text.partition("[")[2].rstrip("]")
-    return {int(p) for p in inside.split(",") if p}
-
-
-def scale_clickstream(up: Up, spec: Path, running: str) -> None:
-    """``replicas: 2`` by a spec edit: a second run joins the group and the four partitions
-    split between the two; the first run is never touched. Back to 1: the second drains and
-    ends CANCELED (``scaled_down``) and the first takes every partition again."""
-    original = spec.read_text()
-    spec.write_text(original + "replicas: 2\n")
-
-    def split() -> bool:
-        runs = clickstream_replicas(up)
-        if set(runs) != {"0", "1"}:
-            return False
-        zero, one = assigned(runs["0"]), assigned(runs["1"])
-        return bool(zero) and bool(one) and not zero & one and zero | one == {0, 1, 2, 3}
-
-    wait_until(
-        split, timeout=180, interval=1, message=f"two replicas split 4 partitions\n{up.log()}"
-    )
-    runs = clickstream_replicas(up)
-    assert runs["0"]["runId"] == running
-    [listed] = [w for name, w in up.workloads().items() if name == "clickstream"]
-    assert (listed["replicas_running"], listed["replicas_wanted"]) == (2, 2), listed
-    second = runs["1"]["runId"]
-
-    spec.write_text(original)
-    wait_until(
-        lambda: (
-            set(clickstream_replicas(up)) == {"0"}
-            and assigned(clickstream_replicas(up)["0"]) == {0, 1, 2, 3}
-        ),
-        timeout=180,
-        interval=1,
-        message=f"back to one replica holding every partition\n{up.log()}",
-    )
-    ended = {run["runId"]: run for run in up.runs()}[second]
-    assert (ended["status"], ended["tags"]["lanehouse/stop_reason"]) == ("CANCELED", "scaled_down")
-    assert clickstream_replicas(up)["0"]["runId"] == running
-
-
 def test_up_runs_every_workload_and_sigterm_stops_runs_first(tmp_path: Path) -> None:
-    workloads = tmp_path / "workloads"  # a copy: the test edits a spec to scale it
-    shutil.copytree(REPO / "workloads", workloads)
-    env = {
-        "LANEHOUSE_HEARTBEAT_TIMEOUT": str(HEARTBEAT_TIMEOUT),
-        "LANEHOUSE_WORKLOADS": str(workloads),
-    }
-    up = Up(tmp_path / "state", env=env)
+    up = Up(tmp_path / "state", env={"LANEHOUSE_HEARTBEAT_TIMEOUT": str(HEARTBEAT_TIMEOUT)})
     with up.running() as proc:
         up.wait_all_running()
         first = up.started()
@@ -158,7 +96,6 @@ def test_up_runs_every_workload_and_sigterm_stops_runs_first(tmp_path: Path) -> 
                     reply.read().decode()
                 )
         first["clickstream"] = rewind_clickstream(up, first["clickstream"])
-        scale_clickstream(up, workloads / "clickstream.yaml", first["clickstream"])
         up.stop(proc)
     log = up.log()
     assert log.index("terminating 2 consumer run(s)") < log.index("dagster dev stopped")
