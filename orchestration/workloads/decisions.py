@@ -194,7 +194,9 @@ def _next_to_scale_down(
 
 def _held(registry: Registry, state: DiscoveryState) -> dict[str, InvalidSpec]:
     """Workloads whose spec file is invalid now: by the name it declares or the file it had."""
-    name_of_file = {ws.file: name for name, ws in state.workloads.items() if ws.file}
+    name_of_file = {
+        ws.file: unit_workload(unit)[0] for unit, ws in state.workloads.items() if ws.file
+    }
     held: dict[str, InvalidSpec] = {}
     for invalid in registry.invalid:
         for name in (invalid.name, name_of_file.get(invalid.file)):

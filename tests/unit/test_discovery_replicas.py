@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from orchestration.workloads.decisions import SCALE_DOWN_SETTLE
 from orchestration.workloads.names import REPLICA_TAG
-from orchestration.workloads.registry import Registry
+from orchestration.workloads.registry import InvalidSpec, Registry
 from tests.unit.discovery_world import S, World, registry, texts, workload
 
 
@@ -140,3 +140,13 @@ def test_disabling_a_replicated_workload_stops_every_replica_and_leaves_one_entr
         world.set(cancel.run_id, S.CANCELED, "disabled")
     world.tick(off)
     assert world.tick(off).summary == "workloads: 1 disabled"
+
+
+def test_a_replicated_workload_whose_spec_turns_invalid_is_held_with_every_replica() -> None:
+    world, reg = World(), registry(workload("orders", replicas=3))
+    runs = all_started(world, reg)
+    broken = InvalidSpec("/specs/orders.yaml", "concurrency", "not a number")
+    for _ in range(3):
+        held = world.tick(registry(invalid=(broken,)))
+        assert (held.launches, held.cancels, held.delete_partitions) == ((), (), ())
+    assert replicas_running(world) == runs
