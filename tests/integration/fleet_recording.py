@@ -1,4 +1,5 @@
-"""A handler for ``lanehouse consume --replicas N`` tests: each replica writes its own file.
+"""A handler for tests of several consumer processes (``lanehouse consume --replicas N``,
+replica runs): each replica writes its own file; and the checks over what they all handled.
 
 Each handled record becomes one line ``key seq partition offset epoch monotonic_ns pid`` in
 ``$LH_RECORD_DIR/replica-$LANEHOUSE_REPLICA.txt`` (the supervisor sets ``LANEHOUSE_REPLICA``,
@@ -10,8 +11,10 @@ a random latency of up to that many seconds.
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,3 +55,24 @@ def read_fleet(directory: Path) -> list[Handled]:
                 seq, partition, offset, epoch, at_ns, pid = map(int, numbers)
                 rows.append(Handled(replica, key, seq, partition, offset, epoch, at_ns, pid))
     return rows
+
+
+def assert_no_two_owners_at_once(rows: list[Handled]) -> None:
+    """Per partition, the spans of its assignments (process, epoch) never overlap in time."""
+    spans: dict[int, dict[tuple[int, int], list[int]]] = defaultdict(dict)
+    for row in rows:
+        span = spans[row.partition].setdefault((row.pid, row.epoch), [row.at_ns, row.at_ns])
+        span[0], span[1] = min(span[0], row.at_ns), max(span[1], row.at_ns)
+    for partition, owners in spans.items():
+        ordered = sorted(owners.items(), key=lambda item: item[1][0])
+        for (before, (_, end)), (after, (start, _)) in itertools.pairwise(ordered):
+            assert end < start, f"partition {partition}: {before} and {after} handled it at once"
+
+
+def assert_key_order(rows: list[Handled]) -> None:
+    """Within one assignment of one process, each key's sequence numbers strictly increase."""
+    last: dict[tuple[int, int, str], int] = {}
+    for row in rows:
+        where = (row.pid, row.epoch, row.key)
+        assert row.seq > last.get(where, -1), f"key {row.key} out of order in {where}"
+        last[where] = row.seq

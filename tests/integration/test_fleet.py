@@ -7,7 +7,6 @@ system-wide monotonic timestamp, to its own file.
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import subprocess
@@ -22,7 +21,12 @@ from consumers.dev.embedded.tansu import TansuBroker
 from consumers.dev.sample import produce_sample
 from tests.backends import assert_all_committed
 from tests.helpers import wait_until
-from tests.integration.fleet_recording import Handled, read_fleet
+from tests.integration.fleet_recording import (
+    Handled,
+    assert_key_order,
+    assert_no_two_owners_at_once,
+    read_fleet,
+)
 from tests.integration.processes import REPO, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -63,27 +67,6 @@ def fleet_spec(tmp_path: Path, broker: TansuBroker, topic: str, group: str) -> P
     )
     spec.write_text(text)
     return spec
-
-
-def assert_no_two_owners_at_once(rows: list[Handled]) -> None:
-    """Per partition, the spans of its assignments (replica, epoch) never overlap in time."""
-    spans: dict[int, dict[tuple[int, int], list[int]]] = defaultdict(dict)
-    for row in rows:
-        span = spans[row.partition].setdefault((row.replica, row.epoch), [row.at_ns, row.at_ns])
-        span[0], span[1] = min(span[0], row.at_ns), max(span[1], row.at_ns)
-    for partition, owners in spans.items():
-        ordered = sorted(owners.items(), key=lambda item: item[1][0])
-        for (before, (_, end)), (after, (start, _)) in itertools.pairwise(ordered):
-            assert end < start, f"partition {partition}: {before} and {after} handled it at once"
-
-
-def assert_key_order(rows: list[Handled]) -> None:
-    """Within one assignment of one replica, each key's sequence numbers strictly increase."""
-    last: dict[tuple[int, int, str], int] = {}
-    for row in rows:
-        where = (row.replica, row.epoch, row.key)
-        assert row.seq > last.get(where, -1), f"key {row.key} out of order in {where}"
-        last[where] = row.seq
 
 
 def assert_committed_were_handled(rows: list[Handled], committed: dict[int, int]) -> None:

@@ -13,13 +13,12 @@ within each process, no partition held by two processes at once, committed = log
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import subprocess
 import sys
 import threading
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +43,11 @@ from orchestration.workloads.job import consumer_job
 from orchestration.workloads.names import ASSIGNED_TAG, CONSUMER_JOB_NAME, REPLICA_TAG
 from tests.backends import assert_all_committed
 from tests.helpers import wait_until
-from tests.integration.fleet_recording import Handled, read_fleet
+from tests.integration.fleet_recording import (
+    assert_key_order,
+    assert_no_two_owners_at_once,
+    read_fleet,
+)
 from tests.integration.processes import REPO, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -245,27 +248,6 @@ def test_replica_runs_split_survive_a_kill_and_scale_down_losing_nothing(
     assert len({row.pid for row in rows}) == 4  # three replicas, one of them restarted
     assert_key_order(rows)
     assert_no_two_owners_at_once(rows)
-
-
-def assert_key_order(rows: list[Handled]) -> None:
-    """Within one assignment of one process, each key's sequence numbers strictly increase."""
-    last: dict[tuple[int, int, str], int] = {}
-    for row in rows:
-        where = (row.pid, row.epoch, row.key)
-        assert row.seq > last.get(where, -1), f"key {row.key} out of order in {where}"
-        last[where] = row.seq
-
-
-def assert_no_two_owners_at_once(rows: list[Handled]) -> None:
-    """Per partition, the spans of its assignments (process, epoch) never overlap in time."""
-    spans: dict[int, dict[tuple[int, int], list[int]]] = defaultdict(dict)
-    for row in rows:
-        span = spans[row.partition].setdefault((row.pid, row.epoch), [row.at_ns, row.at_ns])
-        span[0], span[1] = min(span[0], row.at_ns), max(span[1], row.at_ns)
-    for partition, owners in spans.items():
-        ordered = sorted(owners.items(), key=lambda item: item[1][0])
-        for (before, (_, end)), (after, (start, _)) in itertools.pairwise(ordered):
-            assert end < start, f"partition {partition}: {before} and {after} handled it at once"
 
 
 def _handled(records: Path) -> int:
