@@ -3,12 +3,14 @@ ticks every half second (as the sensor daemon would run it, here on a thread), e
 becomes a run that a run worker process executes (``tests/integration/replica_run.py``, as
 ``dagster api execute_run`` does), on one SQLite instance and a real Tansu broker.
 
-``replicas: 3`` on a 6-partition topic: three runs split it 2/2/2. 15,000 records flow; one
-replica's process is killed with ``kill -9``: the sensor declares its run dead (no heartbeat),
-the other two serve its partitions meanwhile, and it is restarted alone after its backoff.
-15,000 more records flow, and a spec edit to ``replicas: 1`` stops the two surplus runs (one at
-a time); the first run is never touched. Nothing is lost: every record handled, key order kept
-within each process, no partition held by two processes at once, committed = log end.
+A 6-partition topic, one replica run holding all of it. Records flow, and a spec edit to
+``replicas: 3`` while they do adds two runs: the three split it 2/2/2, the first run untouched.
+One replica's process is killed with ``kill -9`` while records still flow: the sensor declares
+its run dead (no heartbeat), the other two serve its partitions meanwhile, and it is restarted
+alone after its backoff. 15,000 more records come, and a spec edit to ``replicas: 1`` stops the
+two surplus runs (one at a time); the first run is never touched. Nothing is lost: every record handled, key
+order kept within each process, no partition held by two processes at once, committed = log
+end.
 """
 
 from __future__ import annotations
@@ -53,8 +55,9 @@ from tests.integration.processes import REPO, write_spec
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 PARTITIONS = 6
-RECORDS = 30_000
 KEYS = 300
+#: Produced after the kill, before scaling down (the first part flows until then).
+SECOND_PART = 15_000
 #: Beats every half second, so a killed worker is declared dead after 3 s, restarted 4 s later.
 POLICY = RestartPolicy(base_backoff=4, max_backoff=8, heartbeat_timeout=3)
 S = DagsterRunStatus
@@ -180,6 +183,30 @@ def platform(tmp_path: Path, kafka_broker: TansuBroker, topic_factory) -> Iterat
         yield Daemon(instance, workloads, topic, env, tmp_path)
 
 
+class Flow(threading.Thread):
+    """Records flowing until finished: chunks of 3,000 (ten per key, keys new in each chunk) at
+    750 records/s, so a scale-up and a kill meet records in flight however long they take."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(name="flow", daemon=True)
+        self.bootstrap, self.topic = bootstrap, topic
+        self.produced = 0
+        self._finish = threading.Event()
+
+    def run(self) -> None:
+        while not self._finish.is_set():
+            chunk = self.produced // 3000
+            produce_sample(self.bootstrap, self.topic, 3000, KEYS, 750, key_prefix=f"f{chunk}-")
+            self.produced += 3000
+
+    def finish(self) -> int:
+        """Stops after the chunk under way; the number of records produced."""
+        self._finish.set()
+        self.join(60)
+        assert not self.is_alive(), "the flow did not stop"
+        return self.produced
+
+
 def set_replicas(daemon: Daemon, broker: TansuBroker, replicas: int, enabled: bool = True) -> None:
     spec = write_spec(daemon.workloads / "fleet.yaml", broker, daemon.topic, "fleet-group", 30)
     text = spec.read_text().replace("name: recorder", "name: fleet")
@@ -187,21 +214,31 @@ def set_replicas(daemon: Daemon, broker: TansuBroker, replicas: int, enabled: bo
     spec.write_text(text + f"replicas: {replicas}\nenabled: {str(enabled).lower()}\n")
 
 
-def test_replica_runs_split_survive_a_kill_and_scale_down_losing_nothing(
+def test_replica_runs_scale_up_split_survive_a_kill_and_scale_down_losing_nothing(
     platform: Daemon, kafka_broker: TansuBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(decisions, "SCALE_DOWN_SETTLE", 3.0)  # Tansu rebalances in ~1 s here
     daemon, topic = platform, platform.topic
     records = Path(daemon.env["LH_RECORD_DIR"])
-    set_replicas(daemon, kafka_broker, 3)
+    set_replicas(daemon, kafka_broker, 1)
     with daemon:
+        wait_until(split_between(daemon, "0"), 90, message="one run holding every partition")
+        first = daemon.live()["0"].run_id
+        flow = Flow(kafka_broker.bootstrap, topic)
+        flow.start()
+        wait_until(lambda: _handled(records) >= 1000, 60, message="records flow")
+
+        set_replicas(daemon, kafka_broker, 3)  # scale up while records flow
         wait_until(
             split_between(daemon, "0", "1", "2"), 90, message="three runs, 2 partitions each"
         )
-        first = daemon.live()["0"].run_id
-        half = RECORDS // 2
-        produce_sample(kafka_broker.bootstrap, topic, half, KEYS)
-        wait_until(lambda: len(read_fleet(records)) >= half // 2, 60, message="a quarter done")
+        assert daemon.live()["0"].run_id == first  # never touched
+        assert not any(r.tags.get("lanehouse/stop_reason") for r in daemon.runs().values())
+        wait_until(
+            lambda: {r.replica for r in read_fleet(records)} == {0, 1, 2},
+            60,
+            message="the new replicas take their share",
+        )
 
         killed = daemon.live()["1"]
         daemon.workers[killed.run_id].send_signal(signal.SIGKILL)
@@ -215,8 +252,10 @@ def test_replica_runs_split_survive_a_kill_and_scale_down_losing_nothing(
         assert daemon.runs()[killed.run_id].status == S.FAILURE
         assert daemon.live()["1"].tags[RESTARTS_TAG] == "1"
         wait_until(split_between(daemon, "0", "1", "2"), 60, message="2/2/2 again")
-        produce_sample(kafka_broker.bootstrap, topic, half, KEYS, key_prefix="b")
-        wait_until(lambda: _handled(records) >= half + 1000, 60, message="second half flows")
+        first_part = flow.finish()
+        produce_sample(kafka_broker.bootstrap, topic, SECOND_PART, KEYS, key_prefix="b")
+        total = first_part + SECOND_PART
+        wait_until(lambda: _handled(records) >= first_part + 1000, 60, message="more flows")
 
         set_replicas(daemon, kafka_broker, 1)  # scale down while records flow
         wait_until(split_between(daemon, "0"), 90, message="replica 0 takes every partition")
@@ -227,11 +266,7 @@ def test_replica_runs_split_survive_a_kill_and_scale_down_losing_nothing(
         ends = {r.tags[REPLICA_TAG]: daemon.ended_at(r.run_id) for r in stopped}
         assert ends["2"] < ends["1"]  # highest first, one at a time
 
-        wait_until(
-            lambda: _handled(records) == RECORDS,
-            90,
-            message="every record handled",
-        )
+        wait_until(lambda: _handled(records) == total, 90, message="every record handled")
         wait_until(lambda: _committed(kafka_broker, topic), 30, message="committed = log end")
         set_replicas(daemon, kafka_broker, 1, enabled=False)
         wait_until(lambda: not daemon.live(), 60, message="the last run stops when disabled")
@@ -244,7 +279,7 @@ def test_replica_runs_split_survive_a_kill_and_scale_down_losing_nothing(
     handled = {(row.key, row.seq) for row in rows}
     per_key = Counter(key for key, _ in handled)  # each key's records are numbered 0, 1, ...
     assert all((key, seq) in handled for key, n in per_key.items() for seq in range(n))
-    assert len(handled) == RECORDS, f"records lost: {RECORDS - len(handled)} never handled"
+    assert len(handled) == total, f"records lost: {total - len(handled)} never handled"
     assert len({row.pid for row in rows}) == 4  # three replicas, one of them restarted
     assert_key_order(rows)
     assert_no_two_owners_at_once(rows)
