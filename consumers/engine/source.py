@@ -102,7 +102,13 @@ class SourceThread:
     # ------------------------------------------------------------ SourceControl (loop thread)
 
     def commit(self, offsets: list[CommitOffset], asynchronous: bool) -> None:
-        self._commands.put(("commit", offsets))
+        """Queue positions the runner planned, each with the assignment it was planned for (the
+        runner's partition states are the ones this thread assigned): a command still queued
+        when its partition was revoked and assigned again, with another member committing
+        further in between, is stale and must never move the group's position back."""
+        assert self._runner is not None
+        parts = self._runner.parts
+        self._commands.put(("commit", [(o, parts.get((o[0], o[1]))) for o in offsets]))
 
     def pause(self, parts: list[PartitionKey]) -> None:
         self._commands.put(("pause", parts))
@@ -213,7 +219,8 @@ class SourceThread:
             except queue.Empty:
                 return self._closed
             if verb == "commit":
-                self._commit(consumer, arg, asynchronous=True)
+                current = [o for o, part in arg if self.assigned.get((o[0], o[1])) is part]
+                self._commit(consumer, current, asynchronous=True)
             elif verb in ("pause", "resume"):
                 keys = [key for key in arg if key in self.assigned]
                 if keys:

@@ -1,0 +1,142 @@
+"""The source thread never sends a commit planned for an earlier assignment of a partition.
+
+A fast rebalance can revoke a partition and assign it back within one poll while another member
+consumed and committed further in between. An asynchronous commit the runner queued before the
+revoke is then stale: sent after the re-assignment, it would move the group's position back
+(records handled again after the next restart, and every lag monitor reading a jump back)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from consumers.backends.base import (
+    NO_OFFSET,
+    CommitOffset,
+    CommitResult,
+    MessageLike,
+    PartitionKey,
+    PlainMessage,
+    Rebalance,
+)
+from consumers.engine.settings import RunnerSettings
+from consumers.engine.source import SourceThread
+from consumers.record import Record
+from consumers.service.app import ConsumerApp, Workload
+from tests.helpers import until
+
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(20)]
+
+PART = ("events", 0)
+RECORDS = 10
+#: Where the other member left the group's position while the partition was away.
+FURTHER = 50
+
+
+class ReassignedAtOnce:
+    """One member of a group with one partition: it hands out ``RECORDS`` records; the poll
+    during which the engine queues a commit of them revokes the partition and assigns it back,
+    with the other member's further commit in between. Every commit is logged in order."""
+
+    def __init__(self, commit_queued: threading.Event) -> None:
+        self.commit_queued = commit_queued
+        self.position = NO_OFFSET
+        self.log: list[tuple[int, str]] = []  # (offset, "sync" | "async")
+        self.reassigned = threading.Event()
+        #: The thread is inside a poll after the first: a command queued now waits behind it.
+        self.polling = threading.Event()
+        self._callbacks: dict[str, Rebalance] = {}
+        self._polls = 0
+
+    def subscribe(
+        self,
+        topics: list[str],
+        *,
+        on_assign: Rebalance,
+        on_revoke: Rebalance,
+        on_lost: Rebalance,
+    ) -> None:
+        self._callbacks = {"assign": on_assign, "revoke": on_revoke}
+
+    def consume(self, num_messages: int, timeout: float) -> Sequence[MessageLike]:
+        self._polls += 1
+        if self._polls == 1:
+            self._callbacks["assign"]([PART])
+            return [
+                PlainMessage(*PART, offset, b"k%d" % offset, b"v", None, 1000 + offset)
+                for offset in range(RECORDS)
+            ]
+        self.polling.set()
+        if not self.reassigned.is_set() and self.commit_queued.wait(timeout):
+            self._callbacks["revoke"]([PART])
+            self.position = FURTHER  # another member's commit while this one rejoins
+            self._callbacks["assign"]([PART])
+            self.reassigned.set()
+            return []
+        time.sleep(timeout)
+        return []
+
+    def commit(self, offsets: list[CommitOffset], asynchronous: bool) -> None:
+        for _, _, offset, _ in offsets:
+            self.position = offset
+            self.log.append((offset, "async" if asynchronous else "sync"))
+
+    def committed(self, parts: list[PartitionKey], timeout: float) -> list[CommitOffset]:
+        return [(*PART, self.position, "")]
+
+    def pause(self, parts: list[PartitionKey]) -> None:
+        pass
+
+    def resume(self, parts: list[PartitionKey]) -> None:
+        pass
+
+    def high_watermark(self, part: PartitionKey) -> int:
+        return FURTHER
+
+    def positions(self, parts: list[PartitionKey]) -> dict[PartitionKey, int]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_commit_queued_before_a_fast_reassignment_never_moves_the_position_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    commit_queued = threading.Event()
+    queue_commit = SourceThread.commit
+
+    def queued(self: SourceThread, offsets: list[CommitOffset], asynchronous: bool) -> None:
+        queue_commit(self, offsets, asynchronous)
+        if any(offset == RECORDS for _, _, offset, _ in offsets):
+            commit_queued.set()
+
+    monkeypatch.setattr(SourceThread, "commit", queued)
+    consumer = ReassignedAtOnce(commit_queued)
+
+    def factory(on_commit: CommitResult) -> ReassignedAtOnce:
+        return consumer
+
+    async def handler(record: Record) -> None:
+        # Completed (and so planned for a commit) only once the thread waits in a poll.
+        await asyncio.get_running_loop().run_in_executor(None, consumer.polling.wait)
+
+    settings = RunnerSettings(name="reassigned", commit_interval=0.02, drain_timeout=5.0)
+    app = ConsumerApp([Workload(settings, handler, ["events"], factory)])
+
+    async def scenario() -> None:
+        run = asyncio.ensure_future(app.run())
+        await until(consumer.reassigned.is_set, 10, "revoked and assigned back")
+        polls = consumer._polls
+        await until(lambda: consumer._polls >= polls + 3, 10, "later polls")
+        app.request_stop()
+        await run
+
+    asyncio.run(scenario())
+    after = consumer.log[consumer.log.index((RECORDS, "sync")) + 1 :]
+    assert consumer.position == FURTHER, f"the position went back: commits {consumer.log}"
+    assert after == [], f"commits sent after the revoke's: {after}"
