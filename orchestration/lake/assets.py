@@ -233,16 +233,26 @@ def run_days(context: AssetExecutionContext) -> list[date]:
 
 
 def _write(
-    table: Table, frame: DataFrame, days: Sequence[date], run_id: str
+    context: AssetExecutionContext, table: Table, frame: DataFrame, days: Sequence[date]
 ) -> MaterializeResult[Any]:
-    """Write ``days`` of ``table``; the materialization with its row counts as written."""
+    """Write ``days`` of ``table``; the materialization with its row counts as written.
+
+    A range run materializes every day of the range with the result's metadata, so each day's
+    ``dagster/row_count`` is set on that day's partition alone (a day that holds no rows reads
+    0, not the range's total); the range's and the table's totals are named as such."""
     root = lake_tables.table_root(lake_dir(), table.name)
-    lake_tables.write_days(frame, root, days, run_id)
+    lake_tables.write_days(frame, root, days, context.run.run_id)
     per_day = lake_tables.row_counts(root, days)
+    for day, rows in per_day.items():
+        context.add_asset_metadata(
+            {"dagster/row_count": MetadataValue.int(rows)},
+            asset_key=table.key,
+            partition_key=day.isoformat(),
+        )
     metadata = {
         **table.metadata(),
-        "dagster/row_count": MetadataValue.int(lake_tables.total_rows(root)),
         "range_row_count": MetadataValue.int(sum(per_day.values())),
+        "table_row_count": MetadataValue.int(lake_tables.total_rows(root)),
         "rows_per_day": MetadataValue.json({d.isoformat(): n for d, n in per_day.items()}),
         "path": MetadataValue.path(str(root)),
     }
@@ -318,7 +328,7 @@ def _cleaning_asset(
             outputs = [(clean_table, result.clean), (quarantine_table, result.quarantined)]
             outputs.append((duplicates_table, result.duplicates))
             for table, frame in outputs:
-                yield _write(table, frame, days, context.run.run_id)
+                yield _write(context, table, frame, days)
             lake = lake_dir()
             written = [
                 lake_tables.read_days(spark, lake_tables.table_root(lake, t.name), t.schema, days)
@@ -356,7 +366,7 @@ def _derived_asset(
             lake_tables.read_days(spark, lake_tables.table_root(lake, i.name), i.schema, days)
             for i in inputs
         ]
-        return _write(table, compute(*frames), days, context.run.run_id)
+        return _write(context, table, compute(*frames), days)
 
     return _derived
 

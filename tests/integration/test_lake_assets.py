@@ -131,13 +131,22 @@ def test_a_range_is_one_run_reconciled_with_what_was_produced(
 
 def test_materialization_metadata_counts_the_rows_written(range_run: RangeResult) -> None:
     instance = range_run.lake.instance
-    event = instance.get_latest_materialization_event(AssetKey("clean_clicks"))
+    key = AssetKey("clean_clicks")
+    event = instance.get_latest_materialization_event(key)
     assert event is not None and event.asset_materialization is not None
     metadata = event.asset_materialization.metadata
     per_day = {d.isoformat(): len(range_run.tables["clean_clicks", d]) for d in DAYS}
+    assert len(set(per_day.values())) > 1, "days of equal size cannot tell the counts apart"
     assert metadata["rows_per_day"].value == per_day
     assert metadata["range_row_count"].value == sum(per_day.values())
-    assert metadata["dagster/row_count"].value == sum(per_day.values())
+    assert metadata["table_row_count"].value == sum(per_day.values())  # the range is all of it
+    # Each day's partition counts that day's rows, not the range's.
+    records = instance.fetch_materializations(key, limit=len(DAYS)).records
+    by_day = {
+        r.partition_key: r.asset_materialization.metadata["dagster/row_count"].value  # type: ignore[union-attr]
+        for r in records
+    }
+    assert by_day == per_day
     assert metadata["path"].value == str(range_run.lake.path / "tables" / "clean_clicks")
     assert [c.name for c in metadata["dagster/column_schema"].schema.columns][:2] == [
         "event_id",
