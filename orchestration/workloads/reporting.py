@@ -20,6 +20,7 @@ from dagster import (
 
 from consumers.config.spec import WorkloadSpec, spec_hash
 from consumers.landing.sink import LandedFile
+from consumers.landing.totals import DayTotals
 from consumers.service.app import ConsumerApp
 from consumers.service.metrics import WorkloadSnapshot, key_label, workload_snapshot
 from orchestration.lake.landed import LAKE_PARTITIONS, landed_key
@@ -71,14 +72,16 @@ DATA_VERSION_TAG: Final = "dagster/data_version"
 
 
 def landed_materializations(
-    files: list[LandedFile], workload: str, digest: str
+    files: list[LandedFile], workload: str, digest: str, totals: DayTotals
 ) -> tuple[list[AssetMaterialization], list[LandedFile]]:
     """One materialization of ``landed_<dataset>`` per (dataset, day) among ``files``; and the
     files of days the lake's partitions do not have (a record timestamped before
     ``LANEHOUSE_LAKE_START`` or in the future), which cannot be reported with a partition.
 
-    The data version is a digest of the files' names and row counts, so downstream Spark
-    assets of that day show as stale after each new file.
+    ``dagster/row_count`` and ``files`` are the day's totals as the lake holds them now (every
+    run's files); ``new_rows`` and ``new_files`` are what this report adds. The data version is
+    a digest of the new files' names and row counts, so downstream Spark assets of that day
+    show as stale after each new file.
     """
     groups: dict[tuple[str, str], list[LandedFile]] = {}
     outside: list[LandedFile] = []
@@ -97,14 +100,17 @@ def landed_materializations(
         version = hashlib.sha256(
             "\n".join(f"{f.path.name}:{f.rows}" for f in group).encode()
         ).hexdigest()[:16]
+        day_rows, day_files = totals.of(group[0].path.parent)
         events.append(
             AssetMaterialization(
                 asset_key=landed_key(dataset),
                 partition=day,
                 description=f"{len(group)} landed files from workload {workload}",
                 metadata={
-                    "rows": sum(f.rows for f in group),
-                    "files": len(group),
+                    "dagster/row_count": MetadataValue.int(day_rows),
+                    "files": day_files,
+                    "new_rows": sum(f.rows for f in group),
+                    "new_files": len(group),
                     "offset_ranges": ranges,
                     "paths": [str(f.path) for f in group],
                     "workload": workload,
@@ -137,6 +143,7 @@ class Reporter:
         self._completed = 0
         self._digest = spec_hash(spec)
         self._links: dict[str, MetadataValue] = {}
+        self._totals = DayTotals()
 
     def link(self, url: str | None) -> None:
         """The run's HTTP endpoints, a link in every observation (None: it serves none)."""
@@ -190,7 +197,7 @@ class Reporter:
             self._assigned = assigned
 
     def _report_landed(self, files: list[LandedFile]) -> None:
-        events, outside = landed_materializations(files, self._name, self._digest)
+        events, outside = landed_materializations(files, self._name, self._digest, self._totals)
         for event in events:
             self._context.log_event(event)
         if outside:

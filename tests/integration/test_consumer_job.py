@@ -552,8 +552,9 @@ def test_landed_files_are_reported_as_materializations_per_day(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A landing workload's run reports ``landed_<dataset>`` per day: rows add up to what the
-    lake holds for that day, with offset ranges, paths and a data version."""
+    """A landing workload's run reports ``landed_<dataset>`` per day: the new rows of its reports
+    add up to what the lake holds for that day, and each day's latest report counts the whole
+    day (``dagster/row_count``), with offset ranges, paths and a data version."""
     topic, count = f"consumer-job-landing-{uuid.uuid4().hex[:8]}", 900
     create_topic(kafka_broker.bootstrap, topic, 2)
     produce_days(kafka_broker.bootstrap, topic, count, 2)
@@ -580,13 +581,16 @@ def test_landed_files_are_reported_as_materializations_per_day(
     key = AssetKey("landed_events")
     records = instance.fetch_materializations(key, limit=1000).records
     reported: dict[str, int] = {}
+    latest: dict[str, int] = {}  # records come newest first
     for record in records:
         event = record.asset_materialization
         assert event is not None and event.partition is not None
         metadata = {k: v.value for k, v in event.metadata.items()}
-        reported[event.partition] = reported.get(event.partition, 0) + int(metadata["rows"])
+        reported[event.partition] = reported.get(event.partition, 0) + int(metadata["new_rows"])
+        latest.setdefault(event.partition, int(metadata["dagster/row_count"]))
         assert set(metadata["offset_ranges"]) <= {f"{topic}[0]", f"{topic}[1]"}
         assert all(Path(p).exists() for p in metadata["paths"])
         assert len(event.tags["dagster/data_version"]) == 16
     assert reported == per_day and sum(reported.values()) == count
+    assert latest == per_day, "a day's latest report does not count the whole day"
     assert set(reported) == {"2026-11-18", "2026-11-19", "2026-11-20"}
