@@ -32,7 +32,7 @@ processes (summed) and the machine's busy share are measured between *first* (as
 it) and *committed* with psutil.
 
 Every run must handle every record, keep per-key order, commit to the log end and exit 0 (runs:
-and end CANCELED), and with 2 replicas both must have handled records; otherwise the bench exits
+and end SUCCESS), and with 2 replicas both must have handled records; otherwise the bench exits
 non-zero. The JSON report goes to stdout (and ``--out``), a table with each mode's 2/1 ratios to
 stderr.
 """

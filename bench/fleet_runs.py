@@ -3,8 +3,8 @@
     RunsHome (one per bench invocation: a SQLite Dagster instance in a temp dir)
       └─ RunsFleet (one per measured run: a fresh workload = partition = consumer group)
            start ─► R processes ``python -m bench.replica_run WORKLOAD I`` (replica tag I)
-           stop  ─► every STARTED run of the workload marked CANCELING ─► drain, commit, CANCELED
-           wait  ─► every process exited 0, R runs, each CANCELED
+           stop  ─► every STARTED run of the workload marked CANCELING ─► drain, commit, SUCCESS
+           wait  ─► every process exited 0, R runs, each SUCCESS
 
 Each run is a process of its own executing ``consume_workload`` in process, as a run worker
 does; the bench starts them itself rather than through a daemon and a run launcher, whose
@@ -142,8 +142,8 @@ class RunsFleet:
                 errors.append(f"run process {i} exited {code} (log: {self.work / f'run-{i}.log'})")
         runs = self.runs()
         statuses = {run.tags.get(REPLICA_TAG, "?"): run.status.value for run in runs}
-        if len(runs) != self.replicas or any(s != "CANCELED" for s in statuses.values()):
-            errors.append(f"runs of {self.workload} by replica: {statuses}, not all CANCELED")
+        if len(runs) != self.replicas or any(s != "SUCCESS" for s in statuses.values()):
+            errors.append(f"runs of {self.workload} by replica: {statuses}, not all SUCCESS")
         if errors:
             self.home.keep = True
         return errors

@@ -72,7 +72,7 @@ def workloads_rewind(
     directory = specs if specs is not None else workloads_dir()
     from dagster import Failure
 
-    from orchestration.workloads.job import find_workload
+    from orchestration.workloads.finding import find_workload
 
     try:
         _, spec = find_workload(directory, name, disabled_too=True)

@@ -29,8 +29,8 @@ Per replica, in order (:class:`orchestration.workloads.steps.WorkloadStep`):
    ``FAILURE`` (STARTED) or ``CANCELED`` (CANCELING) and settled like any run that ended so.
 4. **Settle** ``last``'s end once: stopped by the sensor or the platform (``STOP_REASON_TAG``),
    or obsolete anyway -> nothing; ``FAILURE`` -> a crash, restart after a backoff; any other
-   end (``CANCELED``, or ``SUCCESS`` of a consumer, which never ends by itself) -> stopped by
-   a person: it stays stopped until they launch it again or the spec changes.
+   end (``SUCCESS``: terminated, drained and committed; ``CANCELED``: stopped at once) ->
+   stopped by a person: it stays stopped until they launch it again or the spec changes.
 5. **Stop** unfinished runs of removed or disabled workloads, of an older spec, and older
    duplicates. A ``CANCELING`` run is never signalled again and still counts as active.
 6. **Launch** when no run is active, the spec is valid and enabled, no launch is pending, no

@@ -301,7 +301,7 @@ def stop_run(instance: DagsterInstance, log: logging.Logger, cancel: Cancel) -> 
 
     A run that has not started is canceled through the run coordinator (the queue drops it). A
     started one is only marked CANCELING: its op reads its status every second and drains,
-    commits and ends CANCELED (:func:`orchestration.workloads.job.watch_run_status`). Asking
+    commits and ends SUCCESS (:func:`orchestration.workloads.job.watch_run_status`). Asking
     the run launcher instead would block this tick: the Docker launcher's terminate waits for
     the container to exit (up to its stop timeout, 45 s in ``deploy/dagster.yaml``), and a few
     drains in one tick would exceed the sensor's time limit.

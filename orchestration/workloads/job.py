@@ -4,7 +4,7 @@ engine until the run is terminated.
     launch ─► find the workload's spec in workloads_dir() ─► engine on an asyncio loop in the
            op's thread, one AssetObservation per source topic every ``observe_every_seconds``
     terminate (CANCELING + SIGINT) ─► drain (at most the spec's drain_timeout) ─► final commit
-           ─► final observation ─► the op re-raises the interrupt ─► run CANCELED
+           ─► final observation ─► the op returns ─► run SUCCESS, no error event
 
 Termination. Dagster terminates a run by marking it CANCELING and sending one SIGINT; nothing
 follows, and the run stays CANCELING until the op returns. While the engine runs the op owns
@@ -15,10 +15,15 @@ calls still running, so the drain ends at once (the final commit still covers co
 only). The engine's own signal handling is not used: it calls ``os._exit`` on the second
 signal, which would leave the run CANCELING for good.
 
-After a stop request the op raises ``DagsterExecutionInterruptedError``. Returning would end a
-terminated run SUCCESS under the in-process executor; re-raising lets Dagster decide as it does
-under the multiprocess executor: CANCELED when the run was being terminated, FAILURE
-("interrupted unexpectedly") for a signal Dagster did not send.
+How a stopped run ends. A terminate (a person's in the UI, the sensor's, ``lanehouse up``'s)
+that drained and committed is a clean stop: the op returns and the run ends SUCCESS. Dagster
+records any interrupt raised in a step as a ``STEP_FAILURE`` with a stack trace, so raising would
+show every clean stop as an error. Who stopped it is the ``lanehouse/stop_reason`` tag (the
+sensor's and the platform's stops) or its absence (a person's: the sensor keeps it stopped).
+Every other stop still raises ``DagsterExecutionInterruptedError``, so Dagster decides as it
+does under the multiprocess executor: a stop made immediate (a second signal, a force
+termination) ends CANCELED, and a signal Dagster did not send (a container stopped or evicted)
+or a run the sensor declared dead ends FAILURE, which the sensor restarts.
 
 Liveness. The op writes a heartbeat every ``HEARTBEAT_SECONDS`` (:mod:`orchestration.workloads.heartbeat`);
 the discovery sensor marks a run whose heartbeat stops as ended, so a worker killed outright is
@@ -40,7 +45,6 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from types import FrameType
 from typing import Final
 
@@ -56,18 +60,18 @@ from dagster import (
 )
 from pydantic import Field
 
-from consumers.config.loading import read_yaml_mapping, spec_files
-from consumers.config.spec import WorkloadSpec, load_spec, spec_hash
+from consumers.config.spec import spec_hash
 from consumers.engine import event_loop
-from consumers.errors import SpecError
 from consumers.service.app import ConsumerApp, WorkloadSummary
 from consumers.service.launch import build_app
 from orchestration.local.instance import lake_dir
 from orchestration.workloads.endpoints import run_endpoints
+from orchestration.workloads.finding import find_workload
 from orchestration.workloads.heartbeat import HEARTBEAT_SECONDS, write_heartbeat
 from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,
     SPEC_HASH_TAG,
+    STOP_REASON_TAG,
     replica_of,
     replica_unit,
     workloads_dir,
@@ -111,62 +115,6 @@ class ConsumerRunConfig(Config):
         if not 0 < seconds < float("inf"):
             raise Failure(f"{OBSERVE_ENV}={raw!r}: expected a positive number of seconds")
         return seconds
-
-
-# ---------------------------------------------------------------------------- finding the spec
-
-
-def find_workload(
-    directory: Path, name: str, *, disabled_too: bool = False
-) -> tuple[Path, WorkloadSpec]:
-    """The enabled (or, with ``disabled_too``, any) spec named ``name`` in ``directory``,
-    handler imported.
-
-    Raises ``Failure`` naming the file and field. A broken spec of *another* workload does not
-    stop this one: one bad file must not take every consumer run down.
-    """
-    if not directory.is_dir():
-        raise _failure(f"workloads directory {directory} does not exist (LANEHOUSE_WORKLOADS)")
-    matches: list[tuple[Path, WorkloadSpec]] = []
-    broken: list[SpecError] = []
-    for path in spec_files([directory]):
-        try:
-            spec = load_spec(path, import_handler=False)
-        except SpecError as exc:
-            if _declared_name(path) == name:
-                raise _failure(f"workload {name!r}: {exc}", exc) from exc
-            broken.append(exc)
-            continue
-        if spec.name == name:
-            matches.append((path, spec))
-    if not matches:
-        detail = "".join(f"; unreadable: {exc}" for exc in broken)
-        raise _failure(f"no workload named {name!r} in {directory}{detail}")
-    if len(matches) > 1:
-        files = " and ".join(str(path) for path, _ in matches)
-        raise _failure(f"workload {name!r} is declared twice (field name): {files}")
-    path, spec = matches[0]
-    if not spec.enabled and not disabled_too:
-        error = SpecError(str(path), "enabled", f"workload {name!r} is disabled (enabled: false)")
-        raise _failure(str(error), error)
-    try:
-        return path, load_spec(path)  # now with the handler and interceptors imported
-    except SpecError as exc:
-        raise _failure(f"workload {name!r}: {exc}", exc) from exc
-
-
-def _declared_name(path: Path) -> object:
-    """The raw ``name:`` of a file that failed validation (it may still be the one asked for)."""
-    try:
-        return read_yaml_mapping(path).get("name")
-    except SpecError:
-        return None
-
-
-def _failure(description: str, error: SpecError | None = None) -> Failure:
-    """No retry: a spec problem stays until someone edits the file."""
-    metadata = {"file": error.file, "field": error.field} if error is not None else {}
-    return Failure(description=description, metadata=metadata, allow_retries=False)
 
 
 # ---------------------------------------------------------------------------- stopping
@@ -374,7 +322,26 @@ def consume(context: OpExecutionContext, config: ConsumerRunConfig) -> None:
             f"{counters['commits']} commits ({counters['commit_failures']} failed)"
         )
     if stop.requested:
+        _end_stopped(context, name, drained=not stop.immediate)
+
+
+def _end_stopped(context: OpExecutionContext, name: str, drained: bool) -> None:
+    """Return when the run was terminated (still CANCELING) and drained: a clean stop ends
+    SUCCESS; raise the interrupt for any other stop (see the module docstring)."""
+    run = context.instance.get_run_by_id(context.run_id)
+    if not drained or run is None or run.status != DagsterRunStatus.CANCELING:
         raise DagsterExecutionInterruptedError(f"workload {name} stopped on request")
+    reason = run.tags.get(STOP_REASON_TAG)
+    if reason is not None:
+        context.log.info(f"workload {name}: stopped ({reason}), drained and committed")
+        return
+    resume = "re-execute this run"
+    if replica_of(run.tags) == 0:
+        resume += f" or launch partition {name!r} of {CONSUMER_JOB_NAME}"
+    context.log.info(
+        f"workload {name}: stopped by a person, drained and committed; it stays stopped until "
+        f"someone {resume}"
+    )
 
 
 @job(

@@ -36,7 +36,7 @@ from consumers.config.spec import WorkloadSpec
 from consumers.dead_letters.places import replay_workload_dead_letters
 from consumers.errors import LanehouseError
 from orchestration.local.instance import REPLAY_RUN_TAG
-from orchestration.workloads.job import find_workload
+from orchestration.workloads.finding import find_workload
 from orchestration.workloads.names import WORKLOAD_PARTITIONS_NAME, WORKLOAD_TAG, workloads_dir
 from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
 from orchestration.workloads.registry import read_registry

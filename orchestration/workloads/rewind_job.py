@@ -43,7 +43,7 @@ from consumers.rewind.target import RewindTarget, parse_target
 from orchestration.local.instance import lake_dir
 from orchestration.workloads.cursor import Cancel, StopReason
 from orchestration.workloads.discovery import UNFINISHED, stop_run
-from orchestration.workloads.job import find_workload
+from orchestration.workloads.finding import find_workload
 from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,
     PARTITION_TAG,

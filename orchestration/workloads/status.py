@@ -311,7 +311,10 @@ def _phase(
     if spec is None or not spec.enabled:
         return "disabled", "enabled: false"
     if state is not None and state.stopped_by_user:
-        return "stopped", "stopped by a person: launch its partition from the UI to resume"
+        return "stopped", (
+            "stopped by a person: re-execute its stopped run in the UI (or launch its "
+            "partition) to resume"
+        )
     if crashes >= policy.crash_loop_threshold:
         return "crash-looping", f"{crashes} crashes in {_window(policy)}"
     if state is not None and state.next_start is not None and state.next_start > now.timestamp():

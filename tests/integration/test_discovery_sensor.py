@@ -4,8 +4,8 @@ Most tests evaluate the sensor the way the code server does (``evaluate_tick``: 
 checked against a job named ``consume_workload`` partitioned by ``workloads``, sensor tags
 added) and apply the result the way the sensor daemon does: asset events and partition requests
 first, then one run per run request unless a run with that run key exists. Runs start at once (the stand-in job
-never executes); the test moves them through FAILURE or CANCELED with the instance's own report
-calls, stops go through the real ``run_coordinator.cancel_run``, and time is a manual clock.
+never executes); the test moves them through SUCCESS, FAILURE or CANCELED with the instance's own
+report calls, stops go through the real ``run_coordinator.cancel_run``, and time is a manual clock.
 One test runs the real sensor daemon iteration against an in-process code location instead.
 """
 
@@ -32,6 +32,7 @@ from dagster import (
     instance_for_test,
 )
 from dagster._core.definitions.sensor_definition import SensorExecutionData
+from dagster._core.events import DagsterEvent
 from dagster._core.remote_origin import InProcessCodeLocationOrigin
 from dagster._core.test_utils import (
     InProcessTestWorkspaceLoadTarget,
@@ -175,13 +176,20 @@ class Platform:
         tags = stand_in.get_tags_for_partition_key(name, selected_asset_keys=None)
         return self.instance.create_run_for_job(stand_in, tags=tags, status=S.STARTED)
 
-    def terminate_from_ui(self, run: DagsterRun) -> None:
+    def terminate_from_ui(self, run: DagsterRun, force: bool = False) -> None:
+        """Terminate: the run drains and ends SUCCESS; a force termination ends it CANCELED."""
         self.instance.report_run_canceling(run)
-        self.instance.report_run_canceled(run)
+        if force:
+            self.instance.report_run_canceled(run)
+        else:
+            self.finish(run)
 
     def finish(self, run: DagsterRun) -> None:
-        """The op returned after the SIGINT: the run ends CANCELED."""
-        self.instance.report_run_canceled(run)
+        """The op drained, committed and returned after its terminate: the run ends SUCCESS."""
+        success = DagsterEvent(
+            event_type_value=DagsterEventType.PIPELINE_SUCCESS.value, job_name=run.job_name
+        )
+        self.instance.report_dagster_event(success, run_id=run.run_id)
 
 
 @pytest.fixture
@@ -310,10 +318,15 @@ def test_a_run_that_started_and_failed_between_two_ticks_is_seen(platform: Platf
     assert "(2 crash(es)" in platform.log_text(logging.WARNING)
 
 
-def test_user_terminated_run_stays_stopped_until_relaunched(platform: Platform) -> None:
+@pytest.mark.parametrize("force", [False, True], ids=["terminate", "force-termination"])
+def test_user_terminated_run_stays_stopped_until_relaunched(
+    platform: Platform, force: bool
+) -> None:
     platform.write("orders")
     platform.tick()
-    platform.terminate_from_ui(platform.runs("orders")[0])
+    (run,) = platform.runs("orders")
+    platform.terminate_from_ui(run, force)
+    assert platform.runs("orders")[0].status == (S.CANCELED if force else S.SUCCESS)
     for _ in range(5):
         platform.now += 600
         stopped = platform.tick()

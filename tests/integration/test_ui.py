@@ -2,9 +2,9 @@
 driven by playwright): the workloads' runs and the running sensor show; the asset graph reads
 topics → landed → Spark assets, today's landed partition shows materialized, and an asset
 backfill launched from the materialize dialog finishes successfully with clean rows and a
-passing reconciliation check; terminating the clickstream run from the UI leaves a CANCELED run
-with its offsets committed, which the sensor does not restart; launching the workload again
-from the launchpad resumes from those offsets; autoscaling bounds (2 to 3 replicas) add a second
+passing reconciliation check; terminating the clickstream run from the UI ends it SUCCESS with no
+failed step, its offsets committed and "stopped by a person" in its log, and the sensor does not
+restart it; one click on "Re-execute all" resumes it from those offsets; autoscaling bounds (2 to 3 replicas) add a second
 clickstream run beside it, each run showing its replica and partitions.
 
 Screenshots of the key pages go to ``$LANEHOUSE_ARTIFACTS`` (default ``test-artifacts/ui``).
@@ -119,32 +119,32 @@ def test_terminate_from_the_ui_then_relaunch_resumes(tmp_path: Path, page: objec
         page.get_by_role("button", name="Terminate 1 run").click()
         canceled_at = time.time()
         wait_until(
-            lambda: _status(up, run_id) == "CANCELED",
+            lambda: _status(up, run_id) == "SUCCESS",
             timeout=90,
             interval=0.5,
-            message="the terminated run drained and ended CANCELED",
+            message="the terminated run drained and ended SUCCESS",
         )
-        expect(page.get_by_text("Canceled").first).to_be_visible(timeout=30_000)
-        page.screenshot(path=ARTIFACTS / "6-run-canceled.png")
+        # A stop that looks like a stop: no failed step, no error.
+        assert _step_statuses(up, run_id) == {"consume": "SUCCESS"}
+        assert any("stopped by a person" in m for m in _messages(up, run_id))
+        expect(page.get_by_text("Success").first).to_be_visible(timeout=30_000)
+        page.screenshot(path=ARTIFACTS / "6-run-stopped.png")
         at_cancel = committed(up)
         assert at_cancel > 0
 
-        # A person stopped it: sensor ticks after the cancel must not start it again.
+        # A person stopped it: sensor ticks after the stop must not start it again.
         wait_until(lambda: last_tick(up) > canceled_at + 1, timeout=60, interval=1)
         assert "clickstream" not in up.started(), "the sensor restarted a run a person stopped"
 
-        page.goto(f"{url}/locations/lanehouse/jobs/consume_workload/playground")
-        partition = page.get_by_placeholder("Partition")
-        partition.fill("clickstream")
-        page.get_by_role("menuitem", name="clickstream").first.click()
-        page.screenshot(path=ARTIFACTS / "7-launchpad.png")
-        page.get_by_role("button", name="Launch Run").click()
+        # Resume in one click on the stopped run's page; the sensor adopts the re-execution.
+        page.get_by_role("button", name="Re-execute all (*)").click()
         wait_until(
             lambda: "clickstream" in up.started(),
             timeout=60,
             interval=0.5,
-            message="the run launched from the launchpad started",
+            message="the re-executed run started",
         )
+        page.screenshot(path=ARTIFACTS / "7-re-executed.png")
         relaunched = up.started()["clickstream"]
         assert relaunched != run_id
 
@@ -319,3 +319,19 @@ def backfill(up: Up) -> dict[str, Any] | None:
 def _status(up: Up, run_id: str) -> str:
     data = up.graphql(f'{{ runOrError(runId: "{run_id}") {{ ... on Run {{ status }} }} }}')
     return str(data["runOrError"].get("status"))
+
+
+def _messages(up: Up, run_id: str) -> list[str]:
+    query = (
+        f'{{ logsForRun(runId: "{run_id}", limit: 1000) {{ ... on EventConnection '
+        "{ events { ... on MessageEvent { message } } } } }"
+    )
+    return [e.get("message", "") for e in up.graphql(query)["logsForRun"]["events"]]
+
+
+def _step_statuses(up: Up, run_id: str) -> dict[str, str]:
+    query = (
+        f'{{ runOrError(runId: "{run_id}") {{ ... on Run {{ stepStats {{ stepKey status }} }} }} }}'
+    )
+    steps = up.graphql(query)["runOrError"]["stepStats"]
+    return {step["stepKey"]: step["status"] for step in steps}

@@ -1,7 +1,7 @@
 """``lanehouse up`` for real: brokers, producers and ``dagster dev`` from a clean state dir; the
 discovery sensor starts a consumer run per workload; SIGTERM takes everything down, consumer
-runs first (CANCELED, tagged as stopped by the platform); a second ``up`` on the same state dir
-starts them again. After a power loss (everything killed with SIGKILL) the runs left STARTED are
+runs first (SUCCESS after their drain, tagged as stopped by the platform); a second ``up`` on
+the same state dir starts them again. After a power loss (everything killed with SIGKILL) the runs left STARTED are
 declared dead by their silent heartbeats and their workloads start again. (Replicas under the
 real daemon: ``test_ui.py`` scales clickstream to two runs; ``test_replica_runs.py`` takes the
 sensor and run workers through a kill and a scale-down.)"""
@@ -27,7 +27,7 @@ HEARTBEAT_TIMEOUT = 20
 
 
 def rewind_clickstream(up: Up, running: str) -> str:
-    """``lanehouse workloads rewind`` under Dagster: the consumer run drains and ends CANCELED
+    """``lanehouse workloads rewind`` under Dagster: the consumer run drains and ends SUCCESS
     with the reason, the rewind is a run of its own, the sensor starts a new consumer run.
     Returns the new run's id."""
     _, kafka, pulsar = up.ports
@@ -42,7 +42,7 @@ def rewind_clickstream(up: Up, running: str) -> str:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "rewound kafka group lanehouse.clickstream to earliest" in done.stdout, done.stdout
     runs = {run["runId"]: run for run in up.runs()}
-    assert runs[running]["status"] == "CANCELED", runs[running]
+    assert runs[running]["status"] == "SUCCESS", runs[running]
     assert runs[running]["tags"]["lanehouse/stop_reason"] == "rewind"
     [rewind] = [
         r for r in runs.values() if r["tags"].get("lanehouse/rewind") and r["runId"] != running
@@ -102,13 +102,13 @@ def test_up_runs_every_workload_and_sigterm_stops_runs_first(tmp_path: Path) -> 
     assert "could not stop the discovery sensor" not in log
     # With everything down the command still answers, from storage alone.
     for workload in up.workloads().values():
-        assert (workload["phase"], workload["run"]["status"]) == ("stopped", "CANCELED")
+        assert (workload["phase"], workload["run"]["status"]) == ("stopped", "SUCCESS")
 
     with up.running() as proc:  # the same state: the runs stopped by the platform come back
         up.wait_all_running()
         runs = {run["runId"]: run for run in up.runs()}
         for workload, run_id in first.items():
-            assert runs[run_id]["status"] == "CANCELED", runs[run_id]
+            assert runs[run_id]["status"] == "SUCCESS", runs[run_id]
             assert runs[run_id]["tags"]["lanehouse/stop_reason"] == "platform"
             assert up.started()[workload] != run_id
         # A power loss: nothing drains, the runs stay STARTED in run storage, and no process is
