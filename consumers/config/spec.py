@@ -29,6 +29,7 @@ from pydantic import (
     model_validator,
 )
 
+from consumers.config.catalog import CATALOG_FIELDS, ChecksSpec, Owner, TagValue
 from consumers.config.clusters import Cluster, ProducerTarget, producer_target, resolve_clusters
 from consumers.config.loading import (
     Duration,
@@ -123,6 +124,10 @@ class WorkloadSpec(FrozenModel):
     replicas: Replicas = Replicas()
     #: The named clusters this spec uses, copied from the platform config when it was loaded.
     clusters: dict[Name, Cluster] = Field(default_factory=dict)
+    #: Who answers for it, tags, and its checks' thresholds (how the catalog shows it).
+    owners: tuple[Owner, ...] = ()
+    tags: dict[TagValue, TagValue] = Field(default_factory=dict)
+    checks: ChecksSpec = ChecksSpec()
 
     @field_validator("processes", "max_handoff_bytes")
     @classmethod
@@ -246,8 +251,10 @@ def spec_hash(spec: WorkloadSpec) -> str:
     """A stable 16-hex-digit digest of the validated spec, the clusters it names included (a
     rotated password changes it) and ``replicas`` left out; a secret enters only as its sha256."""
     data = spec.model_dump()
-    # How many run it does not change what each one does: scaling never restarts a replica.
-    del data["replicas"]
+    # How many run it does not change what each one does: scaling never restarts a replica;
+    # nor do owners, tags and check thresholds.
+    for field in ("replicas", *CATALOG_FIELDS):
+        del data[field]
     # Left out while unset, so a spec naming no cluster keeps the hash it had before clusters.
     if not data["clusters"]:
         del data["clusters"]

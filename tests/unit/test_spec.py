@@ -681,3 +681,37 @@ def test_replicas_stay_out_of_the_spec_hash(tmp_path: Path) -> None:
     assert spec_hash(one) != spec_hash(
         load_spec(write(tmp_path, spec_data(concurrency=7), "d.yaml"), import_handler=False)
     )
+
+
+def test_owners_tags_and_check_thresholds_stay_out_of_the_spec_hash(tmp_path: Path) -> None:
+    plain = load_spec(write(tmp_path, spec_data()), import_handler=False)
+    described = spec_data(
+        owners=["data@example.com", "team:growth"],
+        tags={"domain": "shop", "tier": "1"},
+        checks={"lag": 500, "pinned": "2m", "dead_letters": 0.25},
+    )
+    spec = load_spec(write(tmp_path, described, "b.yaml"), import_handler=False)
+    assert spec.owners == ("data@example.com", "team:growth")
+    assert (spec.checks.lag, spec.checks.pinned, spec.checks.dead_letters) == (500, 120.0, 0.25)
+    assert (plain.checks.lag, plain.checks.pinned, plain.checks.dead_letters) == (10_000, 300, 0.5)
+    assert spec_hash(plain) == spec_hash(spec)  # editing them restarts no run
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "words"),
+    [
+        ({"owners": ["alice"]}, "owners[0]", "not an owner"),
+        ({"owners": ["team:"]}, "owners[0]", "not an owner"),
+        ({"tags": {"tier": "one two"}}, "tags", "not allowed in a tag"),
+        ({"checks": {"lag": 0}}, "checks.lag", "greater than or equal to 1"),
+        ({"checks": {"dead_letters": 1.5}}, "checks.dead_letters", "less than or equal to 1"),
+        ({"checks": {"pinned": "soon"}}, "checks.pinned", "invalid duration"),
+        ({"checks": {"lagg": 5}}, "checks.lagg", "did you mean 'lag'?"),
+    ],
+)
+def test_bad_owners_tags_and_checks_name_the_field(
+    tmp_path: Path, overrides: dict[str, Any], field: str, words: str
+) -> None:
+    err = spec_error(tmp_path, spec_data(**overrides), import_handler=False)
+    assert err.field.startswith(field), err
+    assert words in err.reason, err
