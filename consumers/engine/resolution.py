@@ -13,15 +13,15 @@
 
     done(record, outputs): with landing, the record (or the value a ``Land`` outcome gave)
     is buffered for a landed file and completes once that file is renamed into place; with an
-    output topic, records of a partition leave in source order
-    (a sequencer holds later records until earlier ones are resolved); a record completes (may
-    be committed) only when every output and its dead letter, if any, are acknowledged.
+    output topic, records of a partition leave in source order (a sequencer holds later records
+    until earlier ones are resolved); a record completes (may be committed) only when every
+    output and its dead letter, if any, are acknowledged.
 
 A dead-letter write that fails is retried forever: the record is never completed without it.
 An output write that fails stops the workload: retrying it would break the output order; so
 does a landed file the writer refuses (the sink itself retries I/O errors).
-The safety valve stops the workload before the dead-letter ratio over the last ``window``
-resolved records exceeds ``max_ratio``.
+The safety valve (:class:`~consumers.engine.valve.ValveWindow`) stops the workload before
+the dead-letter ratio over the last ``window`` resolved records exceeds ``max_ratio``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ import asyncio
 import logging
 import random
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -40,6 +39,7 @@ from consumers.clock import Clock
 from consumers.dead_letters.headers import encode_dead_letter_headers
 from consumers.engine.counters import WorkloadCounters
 from consumers.engine.producer import AckedProducer
+from consumers.engine.valve import ValveWindow
 from consumers.errors import BrokerError, DeadLetterRatioExceeded, HandlerError, LandingError
 from consumers.landing.files import LandedRow, SourceIdentity
 from consumers.landing.sink import LandingSink
@@ -135,8 +135,9 @@ class Resolver:
         self._fail = owner.fail
         self._rng = random.Random()
         self._failures: dict[Record, _Failure] = {}
-        self._window: deque[bool] = deque(maxlen=dead_letter.window if dead_letter else 1)
-        self._window_dead = 0
+        self._valve = (
+            ValveWindow(dead_letter.window, dead_letter.max_ratio) if dead_letter else None
+        )
         self._timers: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ outcomes
@@ -218,8 +219,8 @@ class Resolver:
         completed by a previous owner)."""
         if rec._attempts:
             self._failures.pop(rec, None)
-        if self.dead_letter is not None:
-            self._count_window(False)
+        if self._valve is not None:
+            self._valve.count(False)
         if self._landing is not None and land:
             self._land(rec, rec.value if landed_value is None else landed_value)
             return
@@ -259,14 +260,19 @@ class Resolver:
 
     # ------------------------------------------------------------------ dead letters
 
+    @property
+    def valve_used(self) -> float | None:
+        """The share of the safety valve used (:class:`ValveWindow`); None without dead letters."""
+        return self._valve.used if self._valve is not None else None
+
     def _to_dead_letter(self, rec: Record, error_type: str, message: str) -> bool:
-        policy = self.dead_letter
-        if policy is None:
+        policy, valve = self.dead_letter, self._valve
+        if policy is None or valve is None:
             self._fail(
                 self._misuse(rec, "returned DeadLetter but the workload has no dead-letter topic")
             )
             return True
-        if self._window_dead + 1 > policy.max_ratio * policy.window:
+        if valve.would_trip():
             self._fail(
                 DeadLetterRatioExceeded(
                     f"workload {self.name}: more than {policy.max_ratio:.0%} of the last "
@@ -276,7 +282,7 @@ class Resolver:
                 )
             )
             return True
-        self._count_window(True)
+        valve.count(True)
         now_ms = int(time.time() * 1000)
         failure = self._failures.pop(rec, None) or _Failure(now_ms, now_ms, None)
         headers = encode_dead_letter_headers(
@@ -320,13 +326,6 @@ class Resolver:
             self._later(self.retry.delay(2, self._rng), self._send_dead_letter, rec, headers)
 
         self._producer.send(topic, rec.key, rec.value, headers, on_done)
-
-    def _count_window(self, dead: bool) -> None:
-        window = self._window
-        if len(window) == window.maxlen and window[0]:
-            self._window_dead -= 1
-        window.append(dead)
-        self._window_dead += dead
 
     # ------------------------------------------------------------------ ordered outputs
 

@@ -363,5 +363,9 @@ class WorkloadRunner:
     def abandoned_threads(self) -> int:
         return self._caller.abandoned
 
+    @property
+    def valve_used(self) -> float | None:
+        return self._resolver.valve_used
+
     def partitions(self) -> list[PartitionState]:
         return list(self.parts.values())

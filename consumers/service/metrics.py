@@ -75,6 +75,9 @@ class PartitionSnapshot:
 
     topic: str
     partition: int
+    #: The commit position and the log end (client-cached); None until known.
+    committed: int | None
+    end: int | None
     #: Delivered records not yet below the commit position.
     buffered: int
     #: Log end (client-cached) minus the commit position; None until both are known.
@@ -100,6 +103,8 @@ class WorkloadSnapshot:
     waiting_lanes: int
     abandoned_threads: int
     partitions: tuple[PartitionSnapshot, ...]
+    #: Share of the dead-letter safety valve used; None without a dead-letter topic.
+    valve_used: float | None = None
 
 
 def workload_snapshot(app: ConsumerApp, name: str, now: float) -> WorkloadSnapshot:
@@ -122,6 +127,8 @@ def workload_snapshot(app: ConsumerApp, name: str, now: float) -> WorkloadSnapsh
             PartitionSnapshot(
                 topic=part.topic,
                 partition=part.partition,
+                committed=position,
+                end=part.high_watermark,
                 buffered=len(tracker),
                 lag=lag,
                 pinned_offset=head.offset if head is not None else None,
@@ -140,6 +147,7 @@ def workload_snapshot(app: ConsumerApp, name: str, now: float) -> WorkloadSnapsh
         waiting_lanes=runner.waiting_lanes,
         abandoned_threads=runner.abandoned_threads,
         partitions=tuple(parts),
+        valve_used=runner.valve_used,
     )
 
 
