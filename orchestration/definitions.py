@@ -3,6 +3,9 @@
 - the topics every valid workload spec reads (Kafka and Pulsar), as external source assets, so
   the lineage starts at the broker (an invalid spec leaves the others' assets alone: the
   discovery sensor reports it);
+- one asset per workload (``workloads/<name>``, its page in the UI) with its checks
+  (:mod:`orchestration.workloads.assets`); the discovery sensor reloads the code location when
+  the workload files no longer match what was loaded (:mod:`orchestration.workloads.reload`);
 - the consumer job (one long-running run per workload partition);
 - the discovery sensor, which keeps one consumer run per enabled workload;
 - the dead-letter replay job and its schedule (off until switched on in the UI);
@@ -63,12 +66,16 @@ def build_definitions(directory: Path) -> Definitions:
     from orchestration.lake.assets import SPARK_JOB, spark_assets, spark_resource
     from orchestration.lake.automation import SCHEDULES, SENSORS
     from orchestration.lake.landed import landed_assets, landed_freshness_checks
+    from orchestration.workloads.assets import workload_assets
     from orchestration.workloads.discovery import workload_discovery_sensor
+    from orchestration.workloads.health import workload_checks
     from orchestration.workloads.job import consumer_job
+    from orchestration.workloads.reload import definitions_loaded
     from orchestration.workloads.replay_job import dead_letter_replay_schedule, replay_job
     from orchestration.workloads.rewind_job import rewind_job
 
     specs = read_registry(directory).specs() if directory.is_dir() else []
+    definitions_loaded(specs)
     landed = landed_assets(specs)
     freshness = landed_freshness_checks(landed)
     with warnings.catch_warnings():  # superseded in 1.13, see landed_freshness_checks
@@ -77,8 +84,8 @@ def build_definitions(directory: Path) -> Definitions:
             freshness_checks=freshness, name=LANDED_FRESHNESS_SENSOR
         )
     return Definitions(
-        assets=[*topic_assets(specs), *landed, *spark_assets()],
-        asset_checks=freshness,
+        assets=[*topic_assets(specs), *workload_assets(specs), *landed, *spark_assets()],
+        asset_checks=[*freshness, *workload_checks(specs)],
         jobs=[consumer_job, replay_job, rewind_job, SPARK_JOB],
         schedules=[dead_letter_replay_schedule, *SCHEDULES],
         sensors=[

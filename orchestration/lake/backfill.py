@@ -28,8 +28,8 @@ from dagster import AssetKey, DagsterEventType, DagsterInstance, TableMetadataVa
 from consumers.errors import LanehouseError
 from orchestration.lake.assets import PROCESSED_DATASET, SIBLINGS, SPARK_ASSET_NAMES, SPARK_JOB_NAME
 from orchestration.lake.landed import LAKE_PARTITIONS, landed_key
+from orchestration.local.graphql import graphql
 from orchestration.local.instance import SPARK_RUN_TAG
-from orchestration.local.up import graphql
 
 if TYPE_CHECKING:
     from dagster import Definitions

@@ -14,7 +14,6 @@ process, which then takes everything down in that order; SIGTERM does the same.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -34,6 +33,7 @@ from consumers.config.spec import WorkloadSpec
 from consumers.dev.embedded.child import BrokerProcess
 from consumers.errors import LanehouseError
 from orchestration.demo.events import STREAM_DATASETS
+from orchestration.local.graphql import graphql
 from orchestration.local.instance import lake_dir, prepare_dagster_home, prepare_platform_config
 from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,
@@ -307,20 +307,6 @@ class Platform:
         for broker in reversed(self.brokers):
             broker.stop()
         self.say("brokers stopped")
-
-
-def graphql(ui_url: str, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One request to the webserver's GraphQL API; :class:`LanehouseError` on a GraphQL error."""
-    body = json.dumps({"query": query, "variables": variables or {}}).encode()
-    request = urllib.request.Request(
-        f"{ui_url}/graphql", body, {"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=30) as reply:
-        payload = json.loads(reply.read())
-    if payload.get("errors"):
-        raise LanehouseError(f"Dagster GraphQL error: {payload['errors'][0].get('message')}")
-    data: dict[str, Any] = payload["data"]
-    return data
 
 
 def _default_signals() -> None:

@@ -44,7 +44,7 @@ is stopped or started for it, its partition stays.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dagster import DagsterRunStatus
 
@@ -76,6 +76,9 @@ class Decision:
     messages: tuple[Message, ...]
     #: One line for the tick: workloads by phase, crash-looping ones, invalid files.
     summary: str
+    #: Each replica's phase (``running``, ``stopped by a person``, ...; ``crash-looping``
+    #: wins), by :func:`~orchestration.workloads.names.replica_unit` name.
+    phases: Mapping[str, str] = field(default_factory=dict)
 
 
 def tracked_run_ids(state: DiscoveryState) -> set[str]:
@@ -156,6 +159,10 @@ def decide(
         state=state.model_copy(update={"workloads": workloads, "retired": retired}),
         messages=tuple(out.messages),
         summary=out.summary(len(registry.invalid)),
+        phases={
+            **{unit: phase for phase, units in out.phases.items() for unit in units},
+            **dict.fromkeys(out.crash_looping, "crash-looping"),
+        },
     )
 
 

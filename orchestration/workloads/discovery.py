@@ -33,13 +33,14 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from dagster import (
     AddDynamicPartitionsRequest,
+    AssetObservation,
     DagsterInstance,
     DagsterRunStatus,
     DefaultSensorStatus,
@@ -54,6 +55,7 @@ from dagster import (
 )
 
 from consumers.scaling.lag import measure_lag
+from orchestration.workloads.assets import workload_key
 from orchestration.workloads.cursor import (
     FINISHED,
     Abandon,
@@ -77,10 +79,12 @@ from orchestration.workloads.names import (
     WORKLOAD_PARTITIONS_NAME,
     WORKLOAD_TAG,
     replica_of,
+    unit_workload,
     workloads_dir,
 )
 from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
 from orchestration.workloads.registry import SpecCache, read_registry
+from orchestration.workloads.reload import Reloader
 from orchestration.workloads.scaling import SCALING_TAG, Measure, plan_scaling
 
 __all__ = [
@@ -116,6 +120,7 @@ def build_discovery_sensor(
     ``measure`` reads a workload's lag from its broker; tests pass their own.
     """
     cache = SpecCache()
+    watch = Watch()
     policy = policy or policy_from_env()
     interval = minimum_interval_seconds or interval_from_env()
 
@@ -133,7 +138,7 @@ def build_discovery_sensor(
     )
     def workload_discovery(context: SensorEvaluationContext) -> SensorResult:
         where = Path(directory) if directory is not None else workloads_dir()
-        return _evaluate(context, where, clock(), policy, cache, measure)
+        return _evaluate(context, where, clock(), policy, cache, measure, watch)
 
     return workload_discovery
 
@@ -158,9 +163,13 @@ def _evaluate(
     policy: RestartPolicy | None,
     cache: SpecCache,
     measure: Measure,
+    watch: Watch,
 ) -> SensorResult:
     instance = context.instance
     registry = read_registry(directory, cache=cache)
+    reload = watch.reloader.check(registry, now)
+    if reload is not None:
+        context.log.log(_LEVELS[reload.level], reload.text)
     state = DiscoveryState.from_cursor(context.cursor)
     runs, watermark = collect_runs(instance, state)
     partitions = instance.get_dynamic_partitions(WORKLOAD_PARTITIONS_NAME)
@@ -200,8 +209,34 @@ def _evaluate(
         skip_reason=None if run_requests else decision.summary,
         cursor=decision.state.model_copy(update=update).to_cursor(),
         dynamic_partitions_requests=partition_requests,
-        asset_events=scaling.observations,
+        asset_events=[
+            *scaling.observations,
+            *watch.phase_changes(decision.phases),
+        ],
     )
+
+
+class Watch:
+    """What the sensor remembers between ticks in its process (not in the cursor: losing it only
+    repeats an observation): each workload's last phase as observed on its asset, and the
+    code-location reloads it asked for."""
+
+    def __init__(self) -> None:
+        self.reloader = Reloader()
+        self._phases: dict[str, str] = {}
+
+    def phase_changes(self, phases: Mapping[str, str]) -> list[AssetObservation]:
+        """An observation of each workload's asset whose phase (its replica 0's) changed."""
+        out = []
+        for unit, phase in sorted(phases.items()):
+            name, replica = unit_workload(unit)
+            if replica != 0 or self._phases.get(name) == phase:
+                continue
+            self._phases[name] = phase
+            if phase != "removed":
+                metadata = {"workload": name, "status": phase}
+                out.append(AssetObservation(asset_key=workload_key(name), metadata=metadata))
+        return out
 
 
 def collect_runs(

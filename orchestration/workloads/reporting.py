@@ -1,5 +1,5 @@
-"""What a consumer run reports to Dagster while it runs: one ``AssetObservation`` per source
-topic from the engine's snapshots (progress, lag, the watermark pin), and one
+"""What a consumer run reports to Dagster while it runs: an ``AssetObservation`` of its workload's
+asset from the engine's snapshots (progress, lag per partition, the watermark pin), and one
 ``AssetMaterialization`` of ``landed_<dataset>`` per day of files the landing sink made durable.
 
 Only on the op's thread (:mod:`orchestration.workloads.job` runs the reporting task there).
@@ -8,14 +8,18 @@ Only on the op's thread (:mod:`orchestration.workloads.job` runs the reporting t
 from __future__ import annotations
 
 import hashlib
-from typing import Final
+from typing import Any, Final
 
 from dagster import (
-    AssetKey,
     AssetMaterialization,
     AssetObservation,
+    DagsterRunStatus,
     MetadataValue,
     OpExecutionContext,
+    RunsFilter,
+    TableColumn,
+    TableRecord,
+    TableSchema,
 )
 
 from consumers.config.spec import WorkloadSpec, spec_hash
@@ -24,37 +28,68 @@ from consumers.landing.totals import DayTotals
 from consumers.service.app import ConsumerApp
 from consumers.service.metrics import WorkloadSnapshot, key_label, workload_snapshot
 from orchestration.lake.landed import LAKE_PARTITIONS, landed_key
-from orchestration.workloads.names import ASSIGNED_TAG, topic_asset_key
+from orchestration.workloads.assets import workload_key
+from orchestration.workloads.health import Recorder, Report, judge, live_reports
+from orchestration.workloads.names import ASSIGNED_TAG, CONSUMER_JOB_NAME, PARTITION_TAG
 
-ObservationMetadata = dict[str, str | int | float | None]
 
-
-def topic_metadata(
-    snap: WorkloadSnapshot, topic: str, throughput: float, status: str, replica: int = 0
-) -> ObservationMetadata:
-    """One topic's observation by one replica. Counters and in-flight calls are the replica's
-    (the engine counts per workload and process); lag and the watermark pin are those of this
-    topic's partitions assigned to it."""
-    parts = [p for p in snap.partitions if p.topic == topic]
+def workload_metadata(
+    snap: WorkloadSnapshot, throughput: float, status: str, replica: int = 0
+) -> dict[str, Any]:
+    """One replica's report on the workload's asset. Counters and in-flight calls are the
+    replica's (the engine counts per workload and process); lag, the partition table and the pin
+    are those of the partitions assigned to it."""
+    parts = sorted(snap.partitions, key=lambda p: (p.topic, p.partition))
     lags = [p.lag for p in parts if p.lag is not None]
     pins = [p for p in parts if p.pinned_seconds is not None]
     pin = max(pins, key=lambda p: p.pinned_seconds or 0.0) if pins else None
+    counters = snap.counters
     return {
         "workload": snap.name,
         "replica": replica,
         "status": status,
-        "records_completed": snap.counters["completed"],
-        "records_failed": snap.counters["failed"],
+        "records_completed": counters["completed"],
+        "records_failed": counters["failed"],
+        "dead_lettered": counters["dead_lettered"],
+        "parked": counters["parked"],
+        "valve_used": round(snap.valve_used, 4) if snap.valve_used is not None else None,
         "throughput_per_s": round(throughput, 3),
         "lag": sum(lags) if lags else None,
         "in_flight": snap.in_flight,
         "partitions": len(parts),
-        "assigned": ",".join(str(p.partition) for p in sorted(parts, key=lambda p: p.partition)),
+        "assigned": ",".join(str(p.partition) for p in parts),
+        "partition_lag": MetadataValue.table(
+            records=[
+                TableRecord(
+                    {
+                        "topic": p.topic,
+                        "partition": p.partition,
+                        "committed": p.committed if p.committed is not None else -1,
+                        "end": p.end if p.end is not None else -1,
+                        "lag": p.lag if p.lag is not None else -1,
+                    }
+                )
+                for p in parts
+            ],
+            schema=PARTITION_TABLE,
+        ),
         "pinned_partition": pin.partition if pin else None,
         "pinned_offset": pin.pinned_offset if pin else None,
         "pinned_key": key_label(pin.pinned_key) if pin else None,
         "pinned_seconds": round(pin.pinned_seconds or 0.0, 3) if pin else None,
     }
+
+
+#: Columns of a report's per-partition table (-1: not known yet).
+PARTITION_TABLE: Final = TableSchema(
+    columns=[
+        TableColumn("topic", "string"),
+        TableColumn("partition", "int"),
+        TableColumn("committed", "int", description="the group's position (next to handle)"),
+        TableColumn("end", "int", description="the log end the client last saw"),
+        TableColumn("lag", "int", description="end - committed"),
+    ]
+)
 
 
 def assignment_text(snap: WorkloadSnapshot) -> str:
@@ -123,7 +158,7 @@ def landed_materializations(
 
 
 class Reporter:
-    """Observes each source topic asset from engine snapshots, and reports landed files as
+    """Observes the workload's asset from engine snapshots, and reports landed files as
     materializations (on the op's thread only)."""
 
     def __init__(
@@ -135,10 +170,9 @@ class Reporter:
         self.replica = replica
         #: The partitions last written to the run's ``ASSIGNED_TAG`` (rewritten on a change).
         self._assigned: str | None = None
-        self._keys = {
-            topic: AssetKey(topic_asset_key(topic, spec.source.kind))
-            for topic in spec.source.topics
-        }
+        self._key = workload_key(spec.name)
+        self._spec = spec
+        self._recorder = Recorder()
         self._since = app.clock.now()
         self._completed = 0
         self._digest = spec_hash(spec)
@@ -166,11 +200,11 @@ class Reporter:
         elapsed = now - self._since
         throughput = (completed - self._completed) / elapsed if elapsed > 0 else 0.0
         self._since, self._completed = now, completed
-        for topic, key in self._keys.items():
-            metadata = topic_metadata(snap, topic, throughput, status, self.replica)
-            self._context.log_event(
-                AssetObservation(asset_key=key, metadata={**metadata, **self._links})
-            )
+        metadata = workload_metadata(snap, throughput, status, self.replica)
+        self._context.log_event(
+            AssetObservation(asset_key=self._key, metadata={**metadata, **self._links})
+        )
+        self._judge(metadata, now)
         self._tag_assignment(snap)
         landing = self._app.runners[self._name].landing
         if landing is not None:
@@ -184,6 +218,24 @@ class Reporter:
         # them (~4 KB each) until the op returns, which for a consumer is weeks: drop them.
         for _ in self._context.consume_events():
             pass
+
+    def _judge(self, own: Report, now: float) -> None:
+        """The workload's checks from this report and the live replicas' latest ones; recorded
+        when a result changes, and every few minutes (:class:`Recorder`)."""
+        reports = [own]
+        if self._spec.replicas.max > 1:
+            instance, name = self._context.instance, self._spec.name
+            live = instance.get_runs(
+                RunsFilter(
+                    job_name=CONSUMER_JOB_NAME,
+                    tags={PARTITION_TAG: name},
+                    statuses=[DagsterRunStatus.STARTED],
+                )
+            )
+            others = [run.run_id for run in live if run.run_id != self._context.run_id]
+            reports += live_reports(instance, name, others)
+        for judgement in self._recorder.due(self._spec.name, judge(self._spec, reports), now):
+            self._context.instance.report_runless_asset_event(judgement.as_evaluation(self._key))
 
     def _tag_assignment(self, snap: WorkloadSnapshot) -> None:
         """The run's partitions as a tag, so the Runs page shows how replicas split them.

@@ -5,9 +5,9 @@ replica count, which :func:`orchestration.workloads.decisions.decide` then keeps
 
 Every decision is visible three ways: a line in the tick's log (``clickstream: scaling up
 1 -> 3: ...`` or ``... scaling hold 2: ...``; an unreadable broker as a warning), the
-``lanehouse/scaling`` tag on the runs a scale-up launches, and an ``AssetObservation`` of each source topic with the figures as numbers (``replicas_wanted``,
-``broker_lag_records``, ``oldest_unconsumed_seconds``), which the asset's Plots tab draws
-over time.
+``lanehouse/scaling`` tag on the runs a scale-up launches, and an ``AssetObservation`` of the
+workload's asset with the figures as numbers (``replicas_wanted``, ``broker_lag_records``,
+``oldest_unconsumed_seconds``), which the asset's Plots tab draws over time.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from dagster import AssetKey, AssetObservation
+from dagster import AssetObservation
 
 from consumers.config.spec import WorkloadSpec
 from consumers.errors import LanehouseError
 from consumers.scaling.lag import Lag, measure_lag
 from consumers.scaling.policy import ScaleDecision, ScaleState, next_replicas
+from orchestration.workloads.assets import workload_key
 from orchestration.workloads.cursor import Message
-from orchestration.workloads.names import topic_asset_key
 from orchestration.workloads.registry import Registry
 
 __all__ = ["SCALING_TAG", "ScalingTick", "plan_scaling"]
@@ -84,9 +84,4 @@ def _observations(spec: WorkloadSpec, decision: ScaleDecision, lag: Lag) -> list
         "oldest_unconsumed_seconds": round(lag.oldest_age, 3),
         "scaling": decision.reason,
     }
-    return [
-        AssetObservation(
-            asset_key=AssetKey(topic_asset_key(topic, spec.source.kind)), metadata=metadata
-        )
-        for topic in spec.source.topics
-    ]
+    return [AssetObservation(asset_key=workload_key(spec.name), metadata=metadata)]

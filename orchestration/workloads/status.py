@@ -7,8 +7,8 @@ works the same against ``lanehouse up`` on a laptop and a production instance on
 * the **discovery sensor's cursor**: whether a person stopped the workload, recent crashes, the
   restart backoff;
 * the **runs** of the consumer job for the workload's partition, and the engine's metrics as the
-  newest run reported them: the ``AssetObservation`` of each source topic (throughput, lag, in
-  flight, the oldest unfinished record), with its age. Observations of an older run are not
+  newest run reported them: the ``AssetObservation`` of the workload's asset (throughput, lag,
+  in flight, the oldest unfinished record), with its age. Observations of an older run are not
   shown as current.
 """
 
@@ -20,11 +20,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
-from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from pydantic import BaseModel, ConfigDict
 
 from consumers.config.spec import WorkloadSpec
 from consumers.scaling.policy import ScaleState
+from orchestration.workloads.assets import workload_key
 from orchestration.workloads.cursor import (
     CRASH_LOOP_TAG,
     FINISHED,
@@ -44,7 +45,6 @@ from orchestration.workloads.names import (
     PLATFORM_STOP_REASON,
     STOP_REASON_TAG,
     replica_of,
-    topic_asset_key,
     unit_workload,
 )
 from orchestration.workloads.registry import InvalidSpec, Registry, read_registry
@@ -54,8 +54,7 @@ __all__ = ["RunSummary", "TopicProgress", "WorkloadStatus", "collect_statuses", 
 _FINISHED = frozenset(status.value for status in FINISHED)
 _LIVE = [status for status in DagsterRunStatus if status not in FINISHED]
 _N = TypeVar("_N", int, float)
-#: Observations looked through for one from the workload's newest run (several workloads may
-#: read one topic and observe its asset).
+#: Observations looked through for one from each live run (the sensor observes the asset too).
 _OBSERVATIONS_SCANNED = 20
 
 
@@ -64,7 +63,8 @@ class _Model(BaseModel):
 
 
 class TopicProgress(_Model):
-    """The engine's last report on one source topic (``AssetObservation`` metadata)."""
+    """The engine's last report on the workload's topics (``AssetObservation`` metadata of its
+    asset, ``workloads/<name>``)."""
 
     topic: str
     observed_at: datetime
@@ -230,10 +230,9 @@ def _status(
     progress: list[TopicProgress] = []
     reporting = live or ([run.run_id] if run is not None else [])
     if spec is not None and reporting:
-        for topic in spec.source.topics:
-            report = _progress(instance, topic, spec.source.kind, reporting, now)
-            if report is not None:
-                progress.append(report)
+        report = _progress(instance, spec, reporting, now)
+        if report is not None:
+            progress.append(report)
     crashes = len(state.crashes) if state is not None else 0
     next_start = _stamp(state.next_start) if state is not None else None
     phase, note = _phase(entry is not None, broken, spec, run, crashes, context)
@@ -327,11 +326,13 @@ def _phase(
 
 
 def _progress(
-    instance: DagsterInstance, topic: str, kind: str, run_ids: list[str], now: datetime
+    instance: DagsterInstance, spec: WorkloadSpec, run_ids: list[str], now: datetime
 ) -> TopicProgress | None:
-    """The last report on ``topic`` of each of ``run_ids`` (the live replicas), added up: each
-    replica reports its own partitions, so rates, lag and counts sum; the pin is the oldest."""
-    key = AssetKey(topic_asset_key(topic, "pulsar" if kind == "pulsar" else "kafka"))
+    """The last report on the workload's asset of each of ``run_ids`` (the live replicas), added
+    up: each replica reports its own partitions, so rates, lag and counts sum; the pin is the
+    oldest."""
+    key = workload_key(spec.name)
+    topic = ", ".join(spec.source.topics)
     scanned = _OBSERVATIONS_SCANNED * max(len(run_ids), 1)
     newest: dict[str, tuple[float, dict[str, object]]] = {}
     for record in instance.fetch_observations(key, limit=scanned).records:

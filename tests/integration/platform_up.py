@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 
-from orchestration.local.up import graphql
+from orchestration.local.graphql import graphql
 from tests.helpers import free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import pytest
 from dagster import (
+    AssetCheckKey,
     AssetKey,
     DagsterInstance,
     DagsterRun,
@@ -37,9 +38,15 @@ from consumers.backends.kafka import committed_offsets
 from consumers.dev.embedded.tansu import TansuBroker, create_topic
 from consumers.dev.sample import produce_sample
 from orchestration.workloads import job as consumer_job_module
+from orchestration.workloads.assets import (
+    DEAD_LETTERS_CHECK,
+    LAG_CHECK,
+    PINNED_CHECK,
+    workload_key,
+)
 from orchestration.workloads.heartbeat import read_heartbeats
 from orchestration.workloads.job import consumer_job
-from orchestration.workloads.names import CONSUMER_JOB_NAME, topic_asset_key
+from orchestration.workloads.names import CONSUMER_JOB_NAME
 from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
 from tests.helpers import wait_until
 from tests.integration import job_handlers
@@ -57,6 +64,10 @@ OBSERVATION_KEYS = {
     "status",
     "records_completed",
     "records_failed",
+    "dead_lettered",
+    "parked",
+    "valve_used",
+    "partition_lag",
     "throughput_per_s",
     "lag",
     "in_flight",
@@ -264,7 +275,7 @@ def graceful_run(
             # Only the signal may stop this run, not the status poll.
             mp.setattr(consumer_job_module, "STATUS_POLL_SECONDS", 3600.0)
             register(inst, "orders")
-            key = AssetKey(topic_asset_key(topic))
+            key = workload_key("orders")
 
             def lag_observed() -> bool:
                 records = inst.fetch_observations(key, limit=1).records
@@ -365,13 +376,13 @@ def test_the_run_serves_metrics_and_health_at_the_address_in_its_tags(graceful_r
     ]
     assert graceful_run.targets_after == []
     # And the topic's observations link to it.
-    key = AssetKey(topic_asset_key(graceful_run.topic))
+    key = workload_key("orders")
     [record] = graceful_run.instance.fetch_observations(key, limit=1).records
     assert _metadata(record)["metrics"] == f"{url}/metrics"
 
 
-def test_observations_report_progress_on_the_topic_asset(graceful_run: Run) -> None:
-    key = AssetKey(topic_asset_key(graceful_run.topic))
+def test_observations_report_progress_on_the_workloads_asset(graceful_run: Run) -> None:
+    key = workload_key("orders")
     records = graceful_run.instance.fetch_observations(key, limit=1000).records
     assert len(records) >= 2, "expected periodic observations and a final one"
     assert {r.run_id for r in records} == {graceful_run.result.run_id}
@@ -397,6 +408,26 @@ def test_observations_report_progress_on_the_topic_asset(graceful_run: Run) -> N
     assert any(e["throughput_per_s"] > 0 for e in earlier), "no throughput while running"
     pinned = [e for e in earlier if e["pinned_offset"] is not None]
     assert pinned and all(e["pinned_seconds"] >= 0 and e["pinned_key"] for e in pinned)
+    # The partition table: committed, end and lag of each partition the run held.
+    rows = [row.data for row in final["partition_lag"].records]
+    assert [r["partition"] for r in rows] == list(range(PARTITIONS))
+    assert [r["committed"] for r in rows] == positions
+    assert sum(r["end"] for r in rows) == RECORDS
+    assert all(r["lag"] == r["end"] - r["committed"] for r in rows)
+    assert final["valve_used"] is None and final["dead_lettered"] == 0  # no dead-letter topic
+
+
+def test_the_run_judges_the_workloads_checks(graceful_run: Run) -> None:
+    """Recorded once each while they held (not at every report): lag under the default 10,000
+    records, no commit position held for 5 minutes, no dead-letter topic."""
+    storage = graceful_run.instance.event_log_storage
+    for check in (LAG_CHECK, PINNED_CHECK, DEAD_LETTERS_CHECK):
+        history = storage.get_asset_check_execution_history(
+            AssetCheckKey(workload_key("orders"), check), limit=10
+        )
+        assert len(history) == 1, (check, len(history))
+        evaluation = history[0].event.dagster_event.event_specific_data  # type: ignore[union-attr]
+        assert evaluation.passed, (check, evaluation.description)
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 from dagster import (
     AddDynamicPartitionsRequest,
-    AssetKey,
     DagsterEventType,
     DagsterInstance,
     DagsterRun,
@@ -44,6 +43,7 @@ from dagster._daemon.sensor import execute_sensor_iteration
 
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
 from consumers.scaling.lag import Lag, measure_lag
+from orchestration.workloads.assets import workload_key
 from orchestration.workloads.cursor import CRASH_LOOP_TAG, RESTARTS_TAG, RestartPolicy
 from orchestration.workloads.decisions import SCALE_DOWN_SETTLE
 from orchestration.workloads.discovery import build_discovery_sensor, workload_discovery_sensor
@@ -58,7 +58,6 @@ from orchestration.workloads.names import (
     SPEC_HASH_TAG,
     STOP_REASON_TAG,
     WORKLOAD_TAG,
-    topic_asset_key,
 )
 from orchestration.workloads.scaling import SCALING_TAG
 from tests.integration import discovery_defs
@@ -183,6 +182,19 @@ class Platform:
             self.instance.report_run_canceled(run)
         else:
             self.finish(run)
+
+    def observed(self, name: str, field: str) -> dict[str, object]:
+        """The newest observation of the workload's asset that has ``field``, as plain values."""
+        for record in self.instance.fetch_observations(workload_key(name), limit=50).records:
+            observation = record.asset_observation
+            assert observation is not None
+            if field in observation.metadata:
+                return {k: v.value for k, v in observation.metadata.items()}
+        raise AssertionError(f"no observation of {name} with {field}")
+
+    def status(self, name: str) -> object:
+        """The workload's status as the sensor last observed it on the workload's asset."""
+        return self.observed(name, "status")["status"]
 
     def finish(self, run: DagsterRun) -> None:
         """The op drained, committed and returned after its terminate: the run ends SUCCESS."""
@@ -325,6 +337,7 @@ def test_user_terminated_run_stays_stopped_until_relaunched(
     platform.write("orders")
     platform.tick()
     (run,) = platform.runs("orders")
+    assert platform.status("orders") == "starting"
     platform.terminate_from_ui(run, force)
     assert platform.runs("orders")[0].status == (S.CANCELED if force else S.SUCCESS)
     for _ in range(5):
@@ -333,6 +346,13 @@ def test_user_terminated_run_stays_stopped_until_relaunched(
         assert stopped.run_requests == []
         assert stopped.skip_message == "workloads: 1 stopped by a person"
     assert len(platform.runs("orders")) == 1
+    # The workload's page says so, once (the sensor observes its asset when the phase changes).
+    assert platform.status("orders") == "stopped by a person"
+    statuses = [
+        r.asset_observation.metadata["status"].value  # type: ignore[union-attr]
+        for r in platform.instance.fetch_observations(workload_key("orders"), limit=50).records
+    ]
+    assert statuses == ["stopped by a person", "starting"]
 
     theirs = platform.launch_from_ui("orders")
     platform.now += 10
@@ -551,10 +571,8 @@ def test_autoscaling_follows_the_broker_lag_and_says_why(platform: Platform) -> 
     assert sorted(runs) == ["0", "1", "2"]  # 4 wanted, 3 partitions
     assert runs["1"].tags[SCALING_TAG].startswith("up 1 -> 3: oldest unconsumed record 200 s old")
     assert "orders: scaling up 1 -> 3" in platform.log_text()
-    key = AssetKey(topic_asset_key("orders-in"))
-    [observed] = platform.instance.fetch_observations(key, limit=1).records
-    metadata = observed.asset_observation.metadata  # type: ignore[union-attr]
-    assert (metadata["replicas_wanted"].value, metadata["broker_lag_records"].value) == (3, 90_000)
+    metadata = platform.observed("orders", "replicas_wanted")
+    assert (metadata["replicas_wanted"], metadata["broker_lag_records"]) == (3, 90_000)
 
     platform.lag = Lag(records=0, oldest_age=0.0, partitions=3, by_partition=())
     for _ in range(5):  # drained, but the cooldown (60 s) holds the count

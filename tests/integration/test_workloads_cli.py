@@ -105,7 +105,7 @@ def test_phases_from_specs_and_the_sensor_cursor(platform: tuple[Path, Path]) ->
     }
     (parked,) = [w for w in data["workloads"] if w["name"] == "parked"]
     assert parked["run"]["run_id"] == run_id
-    assert "launch its partition from the UI" in parked["note"]
+    assert "re-execute its stopped run in the UI" in parked["note"]
 
     code, output = invoke("status", "broken", "--state-dir", str(state), "--specs", str(specs))
     assert code == 0, output

@@ -1,0 +1,214 @@
+"""A workload's checks, judged from its live runs' latest reports.
+
+Each consumer run reports its own partitions (:mod:`orchestration.workloads.reporting`), so the
+workload's figures are those of its live replicas together: lag adds up, the pin and the share
+of the safety valve are the worst one. With no live run nothing is judged: the checks keep
+their last result, and the workload's status says why it is not running.
+
+Each consumer run judges its workload at every report (with its live siblings' latest reports
+when the workload has replicas) and records a result when it changes, and at least every
+:data:`REPEAT_SECONDS`, so the event log does not grow by three events per report. Running a
+check from the UI judges it at once, from the same reports.
+"""
+
+# No ``from __future__ import annotations``: Dagster reads the check function's ``context``
+# annotation at definition time and cannot resolve it from a string.
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckExecutionContext,
+    AssetCheckResult,
+    AssetChecksDefinition,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetKey,
+    DagsterInstance,
+    DagsterRunStatus,
+    RunsFilter,
+    multi_asset_check,
+)
+
+from consumers.config.spec import WorkloadSpec
+from orchestration.workloads.assets import (
+    CHECKS,
+    DEAD_LETTERS_CHECK,
+    LAG_CHECK,
+    PINNED_CHECK,
+    workload_key,
+)
+from orchestration.workloads.names import CONSUMER_JOB_NAME, PARTITION_TAG
+
+#: A result that did not change is recorded again after this long (the check page's history).
+REPEAT_SECONDS: Final = 300.0
+#: Observations looked through per live run for its newest one.
+_SCANNED_PER_RUN: Final = 20
+
+Report = Mapping[str, object]
+Figure = str | int | float
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One check's result for one workload."""
+
+    check_name: str
+    passed: bool
+    description: str
+    metadata: dict[str, Figure] = field(default_factory=dict)
+    severity: AssetCheckSeverity = AssetCheckSeverity.ERROR
+
+    def as_result(self, key: AssetKey) -> AssetCheckResult:
+        return AssetCheckResult(
+            asset_key=key,
+            check_name=self.check_name,
+            passed=self.passed,
+            description=self.description,
+            metadata=self.metadata,
+            severity=self.severity,
+        )
+
+    def as_evaluation(self, key: AssetKey) -> AssetCheckEvaluation:
+        return AssetCheckEvaluation(
+            asset_key=key,
+            check_name=self.check_name,
+            passed=self.passed,
+            description=self.description,
+            metadata=self.metadata,
+            severity=self.severity,
+        )
+
+
+def live_reports(instance: DagsterInstance, name: str, run_ids: Sequence[str]) -> list[Report]:
+    """The newest observation of the workload's asset by each of ``run_ids``."""
+    if not run_ids:
+        return []
+    newest: dict[str, Report] = {}
+    scanned = _SCANNED_PER_RUN * len(run_ids)
+    for record in instance.fetch_observations(workload_key(name), limit=scanned).records:
+        observation = record.asset_observation
+        if record.run_id in run_ids and record.run_id not in newest and observation is not None:
+            newest[record.run_id] = {k: v.value for k, v in observation.metadata.items()}
+    return list(newest.values())
+
+
+def evaluate(instance: DagsterInstance, spec: WorkloadSpec) -> list[Judgement]:
+    """Judge ``spec``'s workload now, from its STARTED runs' latest reports."""
+    runs = instance.get_runs(
+        RunsFilter(
+            job_name=CONSUMER_JOB_NAME,
+            tags={PARTITION_TAG: spec.name},
+            statuses=[DagsterRunStatus.STARTED],
+        )
+    )
+    return judge(spec, live_reports(instance, spec.name, [run.run_id for run in runs]))
+
+
+def judge(spec: WorkloadSpec, reports: Sequence[Report]) -> list[Judgement]:
+    """The checks against ``spec.checks`` from the replicas' reports (none: nothing judged)."""
+    running = [r for r in reports if r.get("status") == "running"]
+    if not running:
+        return []
+    checks = spec.checks
+    out: list[Judgement] = []
+    lags = [lag for r in running if isinstance(lag := r.get("lag"), int)]
+    if lags:
+        lag = sum(lags)
+        out.append(
+            Judgement(
+                LAG_CHECK,
+                lag <= checks.lag,
+                f"{lag:,} records behind the committed positions (target {checks.lag:,})",
+                {"lag_records": lag, "target_records": checks.lag, "replicas": len(running)},
+            )
+        )
+    pins = [r for r in running if isinstance(r.get("pinned_seconds"), int | float)]
+    worst = max(pins, key=lambda r: _seconds(r), default=None)
+    pinned = _seconds(worst) if worst is not None else 0.0
+    where = (
+        f" (partition {worst.get('pinned_partition')}, offset {worst.get('pinned_offset')}, "
+        f"key {worst.get('pinned_key')})"
+        if worst is not None
+        else ""
+    )
+    out.append(
+        Judgement(
+            PINNED_CHECK,
+            pinned <= checks.pinned,
+            f"the oldest record holding a commit position has for {pinned:.0f} s{where} "
+            f"(threshold {checks.pinned:g} s)",
+            {"pinned_seconds": round(pinned, 3), "threshold_seconds": checks.pinned},
+        )
+    )
+    valves = [v for r in running if isinstance(v := r.get("valve_used"), int | float)]
+    if valves:
+        used = max(valves)
+        out.append(
+            Judgement(
+                DEAD_LETTERS_CHECK,
+                used < checks.dead_letters,
+                f"dead letters use {used:.0%} of the safety valve (threshold "
+                f"{checks.dead_letters:.0%}; at 100% the workload stops)",
+                {"valve_used": round(used, 4), "threshold": checks.dead_letters},
+                AssetCheckSeverity.WARN if used < 1 else AssetCheckSeverity.ERROR,
+            )
+        )
+    elif spec.dead_letter is None:
+        out.append(
+            Judgement(DEAD_LETTERS_CHECK, True, "no dead-letter topic: failures are retried")
+        )
+    return out
+
+
+def _seconds(report: Report | None) -> float:
+    value = report.get("pinned_seconds") if report is not None else None
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+class Recorder:
+    """Which results the sensor recorded last, so it records changes and repeats only."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], tuple[bool, float]] = {}
+
+    def due(self, name: str, judgements: Sequence[Judgement], now: float) -> list[Judgement]:
+        out = []
+        for judgement in judgements:
+            key = (name, judgement.check_name)
+            last = self._last.get(key)
+            if last is None or last[0] != judgement.passed or now - last[1] >= REPEAT_SECONDS:
+                self._last[key] = (judgement.passed, now)
+                out.append(judgement)
+        return out
+
+
+def workload_checks(specs: Sequence[WorkloadSpec]) -> list[AssetChecksDefinition]:
+    """The three checks of every workload. The discovery sensor evaluates them each tick; running
+    one from the UI evaluates it now, from the same reports."""
+    if not specs:
+        return []
+    check_specs = [
+        AssetCheckSpec(check, asset=workload_key(spec.name), description=description)
+        for spec in sorted(specs, key=lambda s: s.name)
+        for check, description in CHECKS.items()
+    ]
+    by_key = {workload_key(spec.name): spec for spec in specs}
+
+    @multi_asset_check(
+        specs=check_specs,
+        name="workload_checks",
+        can_subset=True,
+        description="Lag, a pinned commit position and dead letters against each workload's "
+        "checks thresholds, from its live runs' latest reports.",
+    )
+    def _checks(context: AssetCheckExecutionContext) -> Iterator[AssetCheckResult]:
+        wanted = context.selected_asset_check_keys
+        for key, spec in by_key.items():
+            results = evaluate(context.instance, spec)
+            for result in results:
+                if any(k.asset_key == key and k.name == result.check_name for k in wanted):
+                    yield result.as_result(key)
+
+    return [_checks]
