@@ -75,7 +75,7 @@ def build_definitions(directory: Path) -> Definitions:
     from orchestration.workloads.rewind_job import rewind_job
 
     specs = read_registry(directory).specs() if directory.is_dir() else []
-    definitions_loaded(specs)
+    definitions_loaded(directory, specs)
     landed = landed_assets(specs)
     freshness = landed_freshness_checks(landed)
     with warnings.catch_warnings():  # superseded in 1.13, see landed_freshness_checks

@@ -110,6 +110,8 @@ class Platform:
             "LANEHOUSE_CONFIG": str(prepare_platform_config(s.state)),
             # Each consumer run writes a Prometheus file_sd target here while it runs.
             "LANEHOUSE_PROMETHEUS_TARGETS": str((s.state / "prometheus").resolve()),
+            # The sensor reloads the code location when workload files come, go or change.
+            "LANEHOUSE_DAGSTER_URL": self.ui_url,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
         }
         self._start_producers()

@@ -167,7 +167,7 @@ def _evaluate(
 ) -> SensorResult:
     instance = context.instance
     registry = read_registry(directory, cache=cache)
-    reload = watch.reloader.check(registry, now)
+    reload = watch.reloader.check(directory, registry, now)
     if reload is not None:
         context.log.log(_LEVELS[reload.level], reload.text)
     state = DiscoveryState.from_cursor(context.cursor)

@@ -25,6 +25,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Final
 
 from consumers.config.spec import WorkloadSpec
@@ -47,7 +48,8 @@ log = logging.getLogger(__name__)
 #: What each workload's definitions are built from, by workload name.
 Signature = dict[str, str]
 
-_loaded: Signature | None = None
+#: The workloads directory the definitions were built from, and what they were built from.
+_loaded: tuple[Path, Signature] | None = None
 
 
 def signature(specs: Iterable[WorkloadSpec]) -> Signature:
@@ -68,10 +70,10 @@ def signature(specs: Iterable[WorkloadSpec]) -> Signature:
     }
 
 
-def definitions_loaded(specs: Iterable[WorkloadSpec]) -> None:
-    """Called by the code location as it builds its definitions from ``specs``."""
+def definitions_loaded(directory: Path, specs: Iterable[WorkloadSpec]) -> None:
+    """Called by the code location as it builds its definitions from ``specs`` in ``directory``."""
     global _loaded
-    _loaded = signature(specs)
+    _loaded = (directory.resolve(), signature(specs))
 
 
 def differences(loaded: Signature, current: Signature) -> str:
@@ -93,10 +95,11 @@ class Reloader:
     def __init__(self) -> None:
         self._asked: tuple[str, float] | None = None
 
-    def check(self, registry: Registry, now: float) -> Message | None:
-        loaded = _loaded
-        if loaded is None:
-            return None  # the definitions were not built in this process (a test's sensor)
+    def check(self, directory: Path, registry: Registry, now: float) -> Message | None:
+        """``registry``: what the sensor read from ``directory`` this tick."""
+        if _loaded is None or _loaded[0] != directory.resolve():
+            return None  # no definitions were built from it in this process (a test's sensor)
+        loaded = _loaded[1]
         current = signature(registry.specs())
         held = {i.name for i in registry.invalid if i.name is not None and i.name in loaded}
         current.update({name: loaded[name] for name in held})

@@ -100,12 +100,15 @@ def test_docker_runs_get_the_compose_image_network_environment_and_mounts() -> N
     code = SERVICES["dagster-code"]
     assert config["image"] == code["image"]
     assert config["network"] == COMPOSE["networks"]["default"]["name"]
-    # Names only (values come from the daemon's environment): the compose services' own set.
+    # Names only (values come from the daemon's environment): the compose services' own set;
+    # the code server adds where the webserver is (its sensor reloads the location).
     assert (
         sorted(config["env_vars"])
         == sorted(COMPOSE["x-lanehouse-env"])
-        == sorted(code["environment"])
+        == sorted(set(code["environment"]) - {"LANEHOUSE_DAGSTER_URL"})
     )
+    assert code["environment"]["LANEHOUSE_DAGSTER_URL"] == "http://dagster-webserver:3000"
+    assert "dagster-webserver" in SERVICES
     assert config["container_kwargs"]["volumes_from"] == [code["container_name"]]
     assert config["container_kwargs"]["init"] is True
     grace = SERVICES["consumer"]["stop_grace_period"]

@@ -1,0 +1,159 @@
+"""A workload's checks from its replicas' reports, and the definitions that follow its files."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from consumers.config.spec import WorkloadSpec, load_spec
+from orchestration.workloads import reload
+from orchestration.workloads.assets import DEAD_LETTERS_CHECK, LAG_CHECK, PINNED_CHECK
+from orchestration.workloads.health import Recorder, judge
+from orchestration.workloads.registry import read_registry
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.unit
+
+
+def spec(tmp_path: Path, name: str = "clicks", **extra: Any) -> WorkloadSpec:
+    data = {
+        "name": name,
+        "source": {"kind": "kafka", "bootstrap_servers": "127.0.0.1:9092", "topics": ["t"]},
+        "handler": "tests.handlers:noop",
+        **extra,
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_spec(path, import_handler=False)
+
+
+def report(**fields: object) -> dict[str, object]:
+    return {"status": "running", "lag": 0, "pinned_seconds": None, "valve_used": None, **fields}
+
+
+def by_name(judgements: list[Any]) -> dict[str, Any]:
+    return {j.check_name: j for j in judgements}
+
+
+def test_replicas_add_their_lag_and_the_worst_pin_and_valve_count(tmp_path: Path) -> None:
+    workload = spec(
+        tmp_path,
+        checks={"lag": 100, "pinned": "60s", "dead_letters": 0.5},
+        dead_letter={"topic": "dlq"},
+    )
+    calm = [
+        report(lag=40, pinned_seconds=2.0, valve_used=0.1),
+        report(lag=50, pinned_seconds=59.0, valve_used=0.2),
+    ]
+    assert all(j.passed for j in judge(workload, calm))
+    one_more = [*calm, report(lag=11, pinned_seconds=61.0, pinned_partition=3, valve_used=0.6)]
+    checks = by_name(judge(workload, one_more))
+    assert not checks[LAG_CHECK].passed and checks[LAG_CHECK].metadata["lag_records"] == 101
+    assert not checks[PINNED_CHECK].passed and "partition 3" in checks[PINNED_CHECK].description
+    assert not checks[DEAD_LETTERS_CHECK].passed
+    assert checks[DEAD_LETTERS_CHECK].severity.value == "WARN"  # the valve has not tripped yet
+
+
+def test_nothing_is_judged_without_a_running_report(tmp_path: Path) -> None:
+    workload = spec(tmp_path)
+    assert judge(workload, []) == []
+    assert judge(workload, [report(status="stopped", lag=10**9)]) == []
+    # No dead-letter topic: that check holds; an unknown lag is not judged.
+    checks = by_name(judge(workload, [report(lag=None)]))
+    assert set(checks) == {PINNED_CHECK, DEAD_LETTERS_CHECK} and checks[DEAD_LETTERS_CHECK].passed
+
+
+def test_results_are_recorded_when_they_change_and_every_few_minutes(tmp_path: Path) -> None:
+    workload = spec(tmp_path, checks={"lag": 10})
+    recorder = Recorder()
+    green, red = judge(workload, [report(lag=1)]), judge(workload, [report(lag=11)])
+    assert len(recorder.due("clicks", green, 0.0)) == 3
+    assert recorder.due("clicks", green, 30.0) == []
+    assert [j.check_name for j in recorder.due("clicks", red, 60.0)] == [LAG_CHECK]
+    assert len(recorder.due("clicks", red, 60.0 + 300)) == 3
+
+
+class _Webserver(http.server.ThreadingHTTPServer):
+    bodies: list[dict[str, Any]]
+
+
+@pytest.fixture
+def webserver() -> Iterator[_Webserver]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers["Content-Length"])
+            server.bodies.append(json.loads(self.rfile.read(length)))
+            reply = {"data": {"reloadRepositoryLocation": {"__typename": "WorkspaceLocationEntry"}}}
+            body = json.dumps(reply).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = _Webserver(("127.0.0.1", 0), Handler)
+    server.bodies = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _restore_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reload, "_loaded", None)  # what this process's definitions were
+
+
+def check(reloader: reload.Reloader, directory: Path, now: float) -> Any:
+    return reloader.check(directory, read_registry(directory), now)
+
+
+def test_new_removed_and_changed_workloads_ask_for_one_reload(
+    tmp_path: Path, webserver: _Webserver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reload.definitions_loaded(tmp_path, [spec(tmp_path, "a"), spec(tmp_path, "b")])
+    assert check(reload.Reloader(), tmp_path, 0.0) is None  # files as loaded
+
+    (tmp_path / "b.yaml").unlink()
+    spec(tmp_path, "c")
+    spec(tmp_path, "a", owners=["team:shop"])
+    monkeypatch.setenv(reload.URL_ENV, f"http://127.0.0.1:{webserver.server_port}")
+    reloader = reload.Reloader()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert check(reloader, elsewhere, 0.0) is None  # not the directory the definitions read
+    asked = check(reloader, tmp_path, 0.0)
+    assert asked is not None and asked.text == (
+        "workload files changed (added c; removed b; changed a): reloading code location "
+        "'lanehouse'"
+    )
+    wait_until(lambda: webserver.bodies, 10, message="the reload mutation")
+    assert webserver.bodies[0]["variables"] == {"location": "lanehouse"}
+    assert "reloadRepositoryLocation" in webserver.bodies[0]["query"]
+    # Not again while the same difference waits for the reload; again after a minute.
+    waiting = check(reloader, tmp_path, 30.0)
+    assert waiting is not None and "waiting for it" in waiting.text
+    assert check(reloader, tmp_path, 61.0) is not None
+    wait_until(lambda: len(webserver.bodies) == 2, 10, message="asked again")
+
+
+def test_an_invalid_file_keeps_its_definitions_and_no_url_means_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reload.definitions_loaded(tmp_path, [spec(tmp_path, "a"), spec(tmp_path, "b")])
+    (tmp_path / "b.yaml").write_text("name: b\nsource: {kind: kafka}\n")  # held, not removed
+    assert check(reload.Reloader(), tmp_path, 0.0) is None
+    monkeypatch.delenv(reload.URL_ENV, raising=False)
+    spec(tmp_path, "c")
+    warned = check(reload.Reloader(), tmp_path, 0.0)
+    assert warned is not None and warned.level == "warning"
+    assert "added c" in warned.text and reload.URL_ENV in warned.text
