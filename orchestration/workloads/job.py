@@ -300,7 +300,7 @@ def consume(context: OpExecutionContext, config: ConsumerRunConfig) -> None:
     app = build_app([spec], pool_sizes, lake=lake_dir())
     stop = StopRequests(app, context)
     replica = replica_of(context.run.tags)
-    reporter = Reporter(context, app, spec, replica)
+    reporter = Reporter(context, app, spec, replica, path)
     context.log.info(
         f"workload {name}: replica {replica} starting from {path} (spec {digest}); topics "
         f"{', '.join(spec.source.topics)}; pool {spec.permits.pool!r}"

@@ -8,6 +8,7 @@ Only on the op's thread (:mod:`orchestration.workloads.job` runs the reporting t
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Any, Final
 
 from dagster import (
@@ -22,7 +23,8 @@ from dagster import (
     TableSchema,
 )
 
-from consumers.config.spec import WorkloadSpec, spec_hash
+from consumers.config.spec import WorkloadSpec, load_spec, spec_hash
+from consumers.errors import SpecError
 from consumers.landing.sink import LandedFile
 from consumers.landing.totals import DayTotals
 from consumers.service.app import ConsumerApp
@@ -79,6 +81,9 @@ def workload_metadata(
         "pinned_seconds": round(pin.pinned_seconds or 0.0, 3) if pin else None,
     }
 
+
+#: How often a run looks whether it can make its first report (its lag is known).
+FIRST_REPORT_POLL: Final = 0.25
 
 #: Columns of a report's per-partition table (-1: not known yet).
 PARTITION_TABLE: Final = TableSchema(
@@ -162,8 +167,14 @@ class Reporter:
     materializations (on the op's thread only)."""
 
     def __init__(
-        self, context: OpExecutionContext, app: ConsumerApp, spec: WorkloadSpec, replica: int = 0
+        self,
+        context: OpExecutionContext,
+        app: ConsumerApp,
+        spec: WorkloadSpec,
+        replica: int = 0,
+        path: Path | None = None,
     ) -> None:
+        """``path``: the spec's file, read again for the checks' thresholds when it changes."""
         self._context = context
         self._app = app
         self._name = self.workload = spec.name
@@ -171,7 +182,9 @@ class Reporter:
         #: The partitions last written to the run's ``ASSIGNED_TAG`` (rewritten on a change).
         self._assigned: str | None = None
         self._key = workload_key(spec.name)
-        self._spec = spec
+        self._spec = self._judged_by = spec
+        self._path = path
+        self._changed = path.stat().st_mtime_ns if path is not None else None
         self._recorder = Recorder()
         self._since = app.clock.now()
         self._completed = 0
@@ -184,12 +197,25 @@ class Reporter:
         self._links = {"metrics": MetadataValue.url(f"{url}/metrics")} if url else {}
 
     async def every(self, seconds: float) -> None:
+        """Report every ``seconds``; the first time as soon as the workload's lag is known (its
+        partitions assigned and read from), so its page and checks show a run from its start."""
+        clock, waited = self._app.clock, 0.0
+        while waited < seconds and not self._lag_known():
+            await clock.sleep(FIRST_REPORT_POLL)
+            waited += FIRST_REPORT_POLL
         while True:
-            await self._app.clock.sleep(seconds)
             try:
                 self.observe("running")
             except Exception as exc:  # a storage hiccup must not end reporting for the run
                 self._context.log.warning(f"progress report failed, trying again: {exc!r}")
+            await clock.sleep(seconds)
+
+    def _lag_known(self) -> bool:
+        runner = self._app.runners.get(self._name)
+        return runner is not None and any(
+            p.high_watermark is not None and p.tracker.position is not None
+            for p in runner.partitions()
+        )
 
     def observe(self, status: str) -> None:
         if self._name not in self._app.runners:
@@ -234,8 +260,29 @@ class Reporter:
             )
             others = [run.run_id for run in live if run.run_id != self._context.run_id]
             reports += live_reports(instance, name, others)
-        for judgement in self._recorder.due(self._spec.name, judge(self._spec, reports), now):
+        judged = judge(self._thresholds(), reports)
+        for judgement in self._recorder.due(self._spec.name, judged, now):
             self._context.instance.report_runless_asset_event(judgement.as_evaluation(self._key))
+
+    def _thresholds(self) -> WorkloadSpec:
+        """The spec to judge by, read again when its file changed: thresholds are not part of
+        the spec's hash, so an edit of them reaches the running runs without a restart."""
+        if self._path is None:
+            return self._judged_by
+        try:
+            changed = self._path.stat().st_mtime_ns
+        except OSError:
+            return self._judged_by
+        if changed != self._changed:
+            self._changed = changed
+            try:
+                spec = load_spec(self._path, import_handler=False)
+            except SpecError as exc:  # the sensor reports the file; judge by the last valid one
+                self._context.log.warning(f"checks judged by the last valid spec: {exc}")
+            else:
+                if spec.name == self._spec.name:
+                    self._judged_by = spec
+        return self._judged_by
 
     def _tag_assignment(self, snap: WorkloadSnapshot) -> None:
         """The run's partitions as a tag, so the Runs page shows how replicas split them.

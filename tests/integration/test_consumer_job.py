@@ -139,7 +139,7 @@ def logged(instance: DagsterInstance, text: str) -> Callable[[], bool]:
     return check
 
 
-Action = Literal["terminate", "sigint", "canceling", "force", "fail"]
+Action = Literal["terminate", "sigint", "canceling", "force", "fail", "none"]
 
 
 class Operator(threading.Thread):
@@ -176,6 +176,8 @@ class Operator(threading.Thread):
                 self.act("terminate" if self.may_signal else "canceling")
 
     def act(self, action: Action) -> None:
+        if action == "none":  # the condition did what the step is about
+            return
         run = active_run(self.instance)
         assert run is not None, f"no active consumer run to {action}"
         if action in ("terminate", "canceling") and run.status == DagsterRunStatus.STARTED:
@@ -428,6 +430,56 @@ def test_the_run_judges_the_workloads_checks(graceful_run: Run) -> None:
         assert len(history) == 1, (check, len(history))
         evaluation = history[0].event.dagster_event.event_specific_data  # type: ignore[union-attr]
         assert evaluation.passed, (check, evaluation.description)
+
+
+def test_the_lag_check_turns_red_with_a_backlog_and_green_once_it_drained(
+    kafka_broker: TansuBroker,
+    topic_factory: Callable[..., str],
+    instance: DagsterInstance,
+    workloads: Path,
+) -> None:
+    """3,000 records waiting for a workload whose lag target is 1,000: the run's first report
+    (as soon as its lag is known) is red, and once the backlog drained a report is green. Then
+    the file's target goes up to 100,000 and 3,000 more records come: the running run judges by
+    the edited file (thresholds restart nothing), so the check stays green."""
+    topic = topic_factory(PARTITIONS)
+    produce_sample(kafka_broker.bootstrap, topic, 3000, keys=50)
+    spec = write_spec(workloads, "backlog", kafka_broker, topic, extra="checks: {lag: 1000}")
+    register(instance, "backlog")
+    job_handlers.reset(per_record_delay=0.01)  # 20 at a time: 1.5 s for 3,000 records
+    check = AssetCheckKey(workload_key("backlog"), LAG_CHECK)
+
+    def results() -> list[tuple[bool, int]]:
+        history = instance.event_log_storage.get_asset_check_execution_history(check, limit=50)
+        out = []
+        for record in reversed(history):  # oldest first
+            evaluation = record.event.dagster_event.event_specific_data  # type: ignore[union-attr]
+            out.append((evaluation.passed, evaluation.metadata["lag_records"].value))
+        return out
+
+    def green_again() -> bool:
+        return any(passed for passed, _ in results()[1:])
+
+    def raise_the_target_and_produce_more() -> bool:
+        spec.write_text(spec.read_text().replace("lag: 1000", "lag: 100000"))
+        produce_sample(kafka_broker.bootstrap, topic, 3000, keys=50, key_prefix="more")
+        return True
+
+    operator = Operator(
+        instance,
+        (green_again, "none"),
+        (raise_the_target_and_produce_more, "none"),
+        (lambda: len(job_handlers.finished) >= 6000, "canceling"),
+    )
+    operator.start()
+    result = execute(instance, "backlog")
+    operator.join(5)
+    judged = results()
+    assert operator.error is None, (operator.error, judged)
+    assert result.success
+    assert judged[0][0] is False and judged[0][1] > 1000, judged  # red with the backlog
+    assert judged[1][0] is True and judged[1][1] <= 1000, judged  # green once drained
+    assert all(passed for passed, _ in judged[1:]), judged  # the new target holds
 
 
 @pytest.mark.parametrize(
