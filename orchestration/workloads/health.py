@@ -15,7 +15,7 @@ check from the UI judges it at once, from the same reports.
 # annotation at definition time and cannot resolve it from a string.
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from dagster import (
     AssetCheckEvaluation,
@@ -61,24 +61,21 @@ class Judgement:
     severity: AssetCheckSeverity = AssetCheckSeverity.ERROR
 
     def as_result(self, key: AssetKey) -> AssetCheckResult:
-        return AssetCheckResult(
-            asset_key=key,
-            check_name=self.check_name,
-            passed=self.passed,
-            description=self.description,
-            metadata=self.metadata,
-            severity=self.severity,
-        )
+        """What a check function returns (a check executed from the UI)."""
+        return AssetCheckResult(asset_key=key, **self._fields())
 
     def as_evaluation(self, key: AssetKey) -> AssetCheckEvaluation:
-        return AssetCheckEvaluation(
-            asset_key=key,
-            check_name=self.check_name,
-            passed=self.passed,
-            description=self.description,
-            metadata=self.metadata,
-            severity=self.severity,
-        )
+        """What a run records on its own (runless: no check step)."""
+        return AssetCheckEvaluation(asset_key=key, **self._fields())
+
+    def _fields(self) -> dict[str, Any]:
+        return {
+            "check_name": self.check_name,
+            "passed": self.passed,
+            "description": self.description,
+            "metadata": self.metadata,
+            "severity": self.severity,
+        }
 
 
 def live_reports(instance: DagsterInstance, name: str, run_ids: Sequence[str]) -> list[Report]:

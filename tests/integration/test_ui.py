@@ -4,8 +4,11 @@ topics → landed → Spark assets, today's landed partition shows materialized,
 backfill launched from the materialize dialog finishes successfully with clean rows and a
 passing reconciliation check; terminating the clickstream run from the UI ends it SUCCESS with no
 failed step, its offsets committed and "stopped by a person" in its log, and the sensor does not
-restart it; one click on "Re-execute all" resumes it from those offsets; autoscaling bounds (2 to 3 replicas) add a second
-clickstream run beside it, each run showing its replica and partitions.
+restart it; one click on "Re-execute all" resumes it from those offsets; a workload's page shows
+its rate and lag per partition; a workload added at runtime has its assets defined at once, its
+lag check red while its backlog is high and green once drained, and is gone once removed;
+autoscaling bounds (2 to 3 replicas) add a second clickstream run beside it, each run showing its
+replica and partitions.
 
 Screenshots of the key pages go to ``$LANEHOUSE_ARTIFACTS`` (default ``test-artifacts/ui``).
 """
@@ -24,6 +27,8 @@ from typing import Any
 import pytest
 
 from consumers.backends.kafka import committed_offsets
+from consumers.dev.sample import produce_sample
+from orchestration.workloads.assets import LAG_CHECK
 from tests.helpers import wait_until
 from tests.integration.platform_up import REPO, WORKLOADS, Up
 
@@ -171,14 +176,105 @@ def test_terminate_from_the_ui_then_relaunch_resumes(tmp_path: Path, page: objec
         expect(page.get_by_text("Started").first).to_be_visible(timeout=30_000)
         page.screenshot(path=ARTIFACTS / "8-relaunched.png")
 
+        workloads_in_the_ui(page, up, url, workloads)
         replicas_in_the_ui(page, up, url, workloads / "clickstream.yaml", relaunched)
         up.stop(proc)
+
+
+#: A workload added while the platform runs: it lands the shop's clicks again into a dataset of
+#: its own, from the earliest record, and its lag target is low enough for a burst to break.
+ADDED = """name: added
+source:
+  cluster: kafka
+  topics: [clickstream.events]
+  config: {session.timeout.ms: 6000, heartbeat.interval.ms: 1500}
+landing: {dataset: added, flush_interval: 2s}
+owners: [team:shop]
+tags: {domain: shop}
+checks: {lag: 2000}
+"""
+
+
+def workloads_in_the_ui(page: object, up: Up, url: str, workloads: Path) -> None:
+    """Each workload's page with its rate, lag per partition and checks; a workload added at
+    runtime is defined at once, its landed asset too (the sensor reloads the code location),
+    its lag check red while its backlog is high and green once drained; removed, it is gone."""
+    from playwright.sync_api import Page, expect
+
+    assert isinstance(page, Page)
+    page.goto(f"{url}/assets/workloads/clickstream")
+    expect(page.get_by_text("partition_lag").first).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("throughput_per_s").first).to_be_visible(timeout=30_000)
+    page.screenshot(path=ARTIFACTS / "9-workload-page.png")
+
+    # A backlog the new workload meets at once: 20,000 clicks more than the shop's.
+    produce_sample(f"127.0.0.1:{up.ports[1]}", TOPIC, 20_000, 200, key_prefix="burst")
+    (workloads / "added.yaml").write_text(ADDED)
+    wait_until(
+        lambda: defined(up, ["landed_added"]) and defined(up, ["workloads", "added"]),
+        timeout=120,
+        interval=1,
+        message="the added workload's assets are defined",
+    )
+    wait_until(
+        lambda: lag_check(up, "added") == "FAILED",
+        timeout=120,
+        interval=0.5,
+        message="the added workload's lag check is red while its backlog is high",
+    )
+    page.goto(f"{url}/assets/workloads/added?view=checks")
+    page.get_by_text(LAG_CHECK).first.click()
+    expect(page.get_by_text("Failed").first).to_be_visible(timeout=30_000)
+    page.screenshot(path=ARTIFACTS / "10-lag-check-red.png")
+    wait_until(
+        lambda: lag_check(up, "added") == "SUCCEEDED",
+        timeout=180,
+        interval=1,
+        message="the lag check is green once the backlog drained",
+    )
+    page.reload()
+    page.get_by_text(LAG_CHECK).first.click()
+    expect(page.get_by_text("Passed").first).to_be_visible(timeout=30_000)
+    page.screenshot(path=ARTIFACTS / "11-lag-check-green.png")
+    page.goto(f"{url}/assets/landed_added")
+    expect(page.get_by_text("landed_added").first).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("software definition")).to_have_count(0)
+    page.screenshot(path=ARTIFACTS / "12-added-landed-asset.png")
+
+    (workloads / "added.yaml").unlink()
+    wait_until(
+        lambda: not defined(up, ["landed_added"]) and "added" not in up.started(),
+        timeout=120,
+        interval=1,
+        message="the removed workload's run stopped and its assets are gone",
+    )
+
+
+def defined(up: Up, path: list[str]) -> bool:
+    key = json.dumps(path)
+    data = up.graphql(f"{{ assetNodes(assetKeys: [{{path: {key}}}]) {{ id }} }}")
+    return bool(data["assetNodes"])
+
+
+def lag_check(up: Up, workload: str) -> str | None:
+    """The status of the workload's lag check's latest evaluation (SUCCEEDED, FAILED), if any."""
+    data = up.graphql(
+        f'{{ assetNodes(assetKeys: [{{path: ["workloads", "{workload}"]}}]) {{ '
+        "assetChecksOrError { ... on AssetChecks { checks { name "
+        "executionForLatestMaterialization { status } } } } } }"
+    )
+    for node in data["assetNodes"]:
+        for check in node["assetChecksOrError"].get("checks", []):
+            execution = check["executionForLatestMaterialization"]
+            if check["name"] == LAG_CHECK and execution is not None:
+                return str(execution["status"])
+    return None
 
 
 def replicas_in_the_ui(page: object, up: Up, url: str, spec: Path, running: str) -> None:
     """clickstream autoscaled between 2 and 3 replicas: a second run joins (the first keeps
     running), the Runs page lists both, each run shows its replica and the partitions it holds,
-    and the source topic's asset gets the sensor's scaling figures."""
+    and the workload's asset gets the sensor's scaling figures."""
     from playwright.sync_api import Page, expect
 
     assert isinstance(page, Page)
@@ -207,13 +303,19 @@ def replicas_in_the_ui(page: object, up: Up, url: str, spec: Path, running: str)
     expect(page.get_by_text("partition: clickstream").nth(1)).to_be_visible(timeout=30_000)
     expect(page.get_by_text("lanehouse/replica: 1").first).to_be_visible(timeout=30_000)
     expect(page.get_by_text("lanehouse/assigned: clickstream.events[").first).to_be_visible()
-    page.screenshot(path=ARTIFACTS / "9-replica-runs.png")
+    page.screenshot(path=ARTIFACTS / "13-replica-runs.png")
     page.goto(f"{url}/runs/{replicas()['1']['runId']}")
     expect(page.get_by_text("Started").first).to_be_visible(timeout=30_000)
-    page.screenshot(path=ARTIFACTS / "10-replica-run.png")
-    page.goto(f"{url}/assets/topics/clickstream_events?view=events")
+    page.screenshot(path=ARTIFACTS / "14-replica-run.png")
+    observed = up.graphql(
+        '{ assetNodes(assetKeys: [{path: ["workloads", "clickstream"]}]) '
+        "{ assetObservations(limit: 100) { metadataEntries { label } } } }"
+    )["assetNodes"][0]["assetObservations"]
+    labels = {e["label"] for o in observed for e in o["metadataEntries"]}
+    assert {"replicas_wanted", "broker_lag_records", "scaling"} <= labels, labels
+    page.goto(f"{url}/assets/workloads/clickstream?view=events")
     page.wait_for_load_state("networkidle")
-    page.screenshot(path=ARTIFACTS / "11-topic-scaling-figures.png")
+    page.screenshot(path=ARTIFACTS / "15-workload-scaling-figures.png")
 
 
 LINEAGE = (
