@@ -83,7 +83,7 @@ from orchestration.workloads.names import (
     workloads_dir,
 )
 from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
-from orchestration.workloads.registry import SpecCache, read_registry
+from orchestration.workloads.registry import Registry, SpecCache, read_registry
 from orchestration.workloads.reload import Reloader
 from orchestration.workloads.scaling import SCALING_TAG, Measure, plan_scaling
 
@@ -211,7 +211,7 @@ def _evaluate(
         dynamic_partitions_requests=partition_requests,
         asset_events=[
             *scaling.observations,
-            *watch.phase_changes(decision.phases),
+            *watch.phase_changes(decision.phases, registry, scaling.wanted),
         ],
     )
 
@@ -223,19 +223,34 @@ class Watch:
 
     def __init__(self) -> None:
         self.reloader = Reloader()
-        self._phases: dict[str, str] = {}
+        self._phases: dict[str, tuple[str, int]] = {}
 
-    def phase_changes(self, phases: Mapping[str, str]) -> list[AssetObservation]:
-        """An observation of each workload's asset whose phase (its replica 0's) changed."""
+    def phase_changes(
+        self, phases: Mapping[str, str], registry: Registry, wanted: Mapping[str, int]
+    ) -> list[AssetObservation]:
+        """An observation of each workload's asset whose phase (its replica 0's) or count of
+        running replicas changed, with the replicas it should have (``wanted``: autoscaling's)."""
+        running: dict[str, int] = {}
+        for unit, phase in phases.items():
+            name = unit_workload(unit)[0]
+            running[name] = running.get(name, 0) + (phase == "running")
         out = []
         for unit, phase in sorted(phases.items()):
             name, replica = unit_workload(unit)
-            if replica != 0 or self._phases.get(name) == phase:
+            entry = registry.workloads.get(name)
+            if replica != 0 or phase == "removed" or entry is None:
                 continue
-            self._phases[name] = phase
-            if phase != "removed":
-                metadata = {"workload": name, "status": phase}
-                out.append(AssetObservation(asset_key=workload_key(name), metadata=metadata))
+            seen = (phase, running[name])
+            if self._phases.get(name) == seen:
+                continue
+            self._phases[name] = seen
+            metadata: dict[str, str | int] = {
+                "workload": name,
+                "status": phase,
+                "replicas_running": running[name],
+                "replicas_wanted": wanted.get(name, entry.spec.replicas.min),
+            }
+            out.append(AssetObservation(asset_key=workload_key(name), metadata=metadata))
         return out
 
 

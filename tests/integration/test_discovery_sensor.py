@@ -571,7 +571,7 @@ def test_autoscaling_follows_the_broker_lag_and_says_why(platform: Platform) -> 
     assert sorted(runs) == ["0", "1", "2"]  # 4 wanted, 3 partitions
     assert runs["1"].tags[SCALING_TAG].startswith("up 1 -> 3: oldest unconsumed record 200 s old")
     assert "orders: scaling up 1 -> 3" in platform.log_text()
-    metadata = platform.observed("orders", "replicas_wanted")
+    metadata = platform.observed("orders", "broker_lag_records")
     assert (metadata["replicas_wanted"], metadata["broker_lag_records"]) == (3, 90_000)
 
     platform.lag = Lag(records=0, oldest_age=0.0, partitions=3, by_partition=())
