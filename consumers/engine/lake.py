@@ -14,7 +14,12 @@ from collections.abc import Iterable, Sequence
 from consumers.backends.base import Identify
 from consumers.clock import Clock
 from consumers.engine.partition import PartitionState
-from consumers.landing.files import SourceIdentity, clear_from, remove_stale_temporaries
+from consumers.landing.files import (
+    SourceIdentity,
+    clear_from,
+    ensure_index,
+    remove_stale_temporaries,
+)
 from consumers.landing.sink import LandingSettings, LandingSink
 
 log = logging.getLogger("lanehouse.engine")
@@ -34,18 +39,32 @@ class Lake:
 
     def prepare(self, parts: Sequence[PartitionState]) -> None:
         """Before the first record of ``parts`` is read (on the source's thread: it blocks):
-        look up the topics' current incarnation, remove temporary files a killed write left,
-        and remove the landed files that the records from each committed position on will be
-        landed into again (keeping those a previous owner completed; see
-        :func:`consumers.landing.files.clear_from`)."""
+        look up the topics' current incarnation, index the days of a partition's files if
+        nothing did yet, remove temporary files a killed write left, and remove the landed files
+        that the records from each committed position on will be landed into again (keeping
+        those a previous owner completed; see :func:`consumers.landing.files.clear_from`). With
+        the index only the days that may hold such files are listed, not the lake's every day."""
         if not parts:
             return
         self._identities.update(self._identify(sorted({p.topic for p in parts})))
         settings = self._settings
         now = time.time()  # file times are wall-clock
         for part in parts:
+            identity = self.identity(part.topic)
+            if ensure_index(settings.lake, settings.dataset, identity, part.partition):
+                log.info(
+                    "workload %s: %s[%d]: indexed the days of its landed files",
+                    self._name,
+                    part.topic,
+                    part.partition,
+                )
             stale = remove_stale_temporaries(
-                settings.lake, settings.dataset, self.identity(part.topic), part.partition, now
+                settings.lake,
+                settings.dataset,
+                identity,
+                part.partition,
+                now,
+                position=part.committed,
             )
             if stale:
                 log.info(
@@ -60,7 +79,7 @@ class Lake:
             removed = clear_from(
                 settings.lake,
                 settings.dataset,
-                self.identity(part.topic),
+                identity,
                 part.partition,
                 part.committed,
                 keep=part.skip,

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from consumers.config.loading import state_dir
+from consumers.landing.positions import HEADROOM, index_dir, read_bounds, write_bound
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -44,6 +45,7 @@ __all__ = [
     "SourceIdentity",
     "clear_from",
     "default_lake",
+    "ensure_index",
     "landed_arrow_schema",
     "landed_path",
     "pack_pulsar_position",
@@ -220,23 +222,79 @@ def clear_from(
     completed all at once, so its first offset stands for all of its records.
     """
     removed = 0
-    for path, first in _offset_named(lake, dataset, source, partition):
+    days = _days_from(lake, dataset, source, partition, position)
+    for path, first in _offset_named(lake, dataset, source, partition, days):
         if first >= position and first not in keep:
             path.unlink(missing_ok=True)
             removed += 1
     return removed
 
 
+def ensure_index(lake: Path, dataset: str, source: SourceIdentity, partition: int) -> bool:
+    """Give a partition whose files were landed before :mod:`consumers.landing.positions`
+    existed its index, from one listing of every day; True if it had to. Called on assignment,
+    before anything of the partition is cleared or landed."""
+    root = lake / "landed" / dataset
+    directory = index_dir(root, source.file_prefix(), partition)
+    if directory.is_dir():
+        return False
+    pattern = re.compile(re.escape(f"{source.file_prefix()}-p{partition}-o") + r"(\d+)")
+    highest: dict[date, int] = {}
+    for path in root.glob(f"event_date=*/{source.file_prefix()}-p{partition}-o*.parquet"):
+        match = pattern.match(path.name)
+        day = _day_of(path.parent)
+        if match is not None and day is not None:
+            highest[day] = max(highest.get(day, -1), int(match.group(1)))
+    for day, first in highest.items():
+        write_bound(directory, day, first + HEADROOM)
+    directory.mkdir(parents=True, exist_ok=True)
+    return True
+
+
+def _days_from(
+    lake: Path, dataset: str, source: SourceIdentity, partition: int, position: int
+) -> list[date] | None:
+    """The days that may hold the partition's files at ``position`` or later (None: no index,
+    every day)."""
+    directory = index_dir(lake / "landed" / dataset, source.file_prefix(), partition)
+    bounds = read_bounds(directory)
+    if bounds is None:
+        return None
+    return sorted(day for day, bound in bounds.items() if bound >= position)
+
+
+def _in_days(root: Path, days: Sequence[date] | None, names: str) -> Iterator[Path]:
+    """Files matching ``names`` in the day directories of ``days``, or of every day."""
+    if days is None:
+        yield from root.glob(f"event_date=*/{names}")
+        return
+    for day in days:
+        yield from (root / f"event_date={day.isoformat()}").glob(names)
+
+
+def _day_of(directory: Path) -> date | None:
+    try:
+        return date.fromisoformat(directory.name.removeprefix("event_date="))
+    except ValueError:
+        return None
+
+
 def _offset_named(
-    lake: Path, dataset: str, source: SourceIdentity, partition: int
+    lake: Path,
+    dataset: str,
+    source: SourceIdentity,
+    partition: int,
+    days: Sequence[date] | None = None,
 ) -> Iterator[tuple[Path, int]]:
     """The partition's landed files named by their first offset alone, with that offset (files
-    named with a content digest as well, Pulsar's, are never replaced or cut)."""
+    named with a content digest as well, Pulsar's, are never replaced or cut); in ``days``
+    only, or every day."""
     root = lake / "landed" / dataset
     if not root.is_dir():
         return
-    pattern = re.compile(re.escape(f"{source.file_prefix()}-p{partition}-o") + r"(\d+)\.parquet")
-    for path in root.glob(f"event_date=*/{source.file_prefix()}-p{partition}-o*.parquet"):
+    prefix = f"{source.file_prefix()}-p{partition}-o"
+    pattern = re.compile(re.escape(prefix) + r"(\d+)\.parquet")
+    for path in _in_days(root, days, f"{prefix}*.parquet"):
         match = pattern.fullmatch(path.name)
         if match is not None:
             yield path, int(match.group(1))
@@ -278,6 +336,7 @@ def remove_stale_temporaries(
     partition: int,
     now: float,
     older_than: float = STALE_TEMPORARY_SECONDS,
+    position: int | None = None,
 ) -> int:
     """Remove the partition's ``.tmp`` files older than ``older_than`` seconds at ``now`` (epoch
     seconds, as file times are); return how many.
@@ -285,12 +344,16 @@ def remove_stale_temporaries(
     A kill during a write leaves one. Kafka's next write of that name replaces it, but a Pulsar
     file's name holds a digest of its positions, which a replay may cut elsewhere, so nothing
     else ever would. A young one may belong to a previous owner still finishing a write.
+    With the committed ``position``, only the days the index says may hold files from there on
+    are looked at (an uncommitted write's file starts at or above it); without, every day.
     """
     root = lake / "landed" / dataset
     if not root.is_dir():
         return 0
     removed = 0
-    for path in root.glob(f"event_date=*/.{source.file_prefix()}-p{partition}-o*.tmp"):
+    names = f".{source.file_prefix()}-p{partition}-o*.tmp"
+    days = None if position is None else _days_from(lake, dataset, source, partition, position)
+    for path in _in_days(root, days, names):
         try:
             if now - path.stat().st_mtime >= older_than:
                 path.unlink()

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from consumers.clock import Clock
 from consumers.landing.files import LandedRow, SourceIdentity, landed_path, write_landed
+from consumers.landing.positions import PositionIndex, index_dir
 from consumers.record import Record
 
 __all__ = ["LandedFile", "LandingSettings", "LandingSink", "land_as_is"]
@@ -98,6 +99,8 @@ class LandingSink:
         self._timer: asyncio.Task[None] | None = None
         #: Rows added and not yet durable (or failed), by (topic, partition).
         self._pending: Counter[tuple[str, int]] = Counter()
+        #: Each partition's day bounds (:mod:`consumers.landing.positions`).
+        self._positions = PositionIndex()
         #: Files landed and rows in them, for metrics and the run's reports.
         self.files_landed = 0
         self.rows_landed = 0
@@ -198,8 +201,15 @@ class LandingSink:
             first,
             content,
         )
+        index = index_dir(
+            settings.lake / "landed" / settings.dataset,
+            buffer.source.file_prefix(),
+            buffer.partition,
+        )
         while True:
             try:
+                # The day's bound first: a file the index does not cover is never cleared.
+                await asyncio.to_thread(self._positions.note, index, buffer.day, first)
                 await asyncio.to_thread(
                     write_landed,
                     path,

@@ -19,6 +19,7 @@ from consumers.landing.files import (
     landed_path,
     remove_stale_temporaries,
 )
+from consumers.landing.positions import INDEX_DIR
 from consumers.landing.sink import LandingSettings, LandingSink
 from tests.helpers import until
 
@@ -61,7 +62,12 @@ def parquet_files(lake: Path) -> list[Path]:
 
 
 def files(lake: Path) -> list[str]:
-    return sorted(str(p.relative_to(lake)) for p in lake.rglob("*") if p.is_file())
+    """Every file of the lake but the index of days (:mod:`consumers.landing.positions`)."""
+    return sorted(
+        str(p.relative_to(lake))
+        for p in lake.rglob("*")
+        if p.is_file() and INDEX_DIR not in p.parts
+    )
 
 
 async def test_a_full_buffer_lands_one_file_named_by_its_first_offset(tmp_path: Path) -> None:
