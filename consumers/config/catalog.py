@@ -14,14 +14,17 @@ from pydantic import AfterValidator, Field
 
 from consumers.config.loading import Duration, FrozenModel
 
-__all__ = ["CATALOG_FIELDS", "ChecksSpec", "Owner", "TagValue"]
+__all__ = ["CATALOG_FIELDS", "ChecksSpec", "Owner", "TagKey", "TagValue"]
 
 #: The spec fields this module adds; left out of the spec's hash.
 CATALOG_FIELDS: Final = ("owners", "tags", "checks")
 
-_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+# The forms Dagster accepts for an asset's owners and tags (its ``is_valid_email``, tag key and
+# strict tag value patterns): a spec that passes here never makes the code location fail to load.
+_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,7}")
 _TEAM = re.compile(r"team:[A-Za-z0-9_-]{1,63}")
-_TAG = re.compile(r"[A-Za-z0-9_.-]{0,63}")
+_TAG_KEY = re.compile(r"[A-Za-z0-9_.-]{1,63}")
+_TAG_VALUE = re.compile(r"[A-Za-z0-9_.-]{0,63}")
 
 
 def _check_owner(value: str) -> str:
@@ -33,16 +36,21 @@ def _check_owner(value: str) -> str:
     return value
 
 
-def _check_tag(value: str) -> str:
-    if not _TAG.fullmatch(value):
-        raise ValueError(
-            f"{value!r} is not allowed in a tag: use at most 63 letters, digits, '_', '.' and '-'"
-        )
-    return value
+def _tag_check(pattern: re.Pattern[str], what: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if not pattern.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not allowed as a tag {what}: use {'1' if what == 'key' else '0'}"
+                "-63 letters, digits, '_', '.' and '-'"
+            )
+        return value
+
+    return AfterValidator(check)
 
 
 Owner = Annotated[str, AfterValidator(_check_owner)]
-TagValue = Annotated[str, AfterValidator(_check_tag)]
+TagKey = Annotated[str, _tag_check(_TAG_KEY, "key")]
+TagValue = Annotated[str, _tag_check(_TAG_VALUE, "value")]
 
 
 class ChecksSpec(FrozenModel):

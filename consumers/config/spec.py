@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from consumers.config.catalog import CATALOG_FIELDS, ChecksSpec, Owner, TagValue
+from consumers.config.catalog import CATALOG_FIELDS, ChecksSpec, Owner, TagKey, TagValue
 from consumers.config.clusters import Cluster, ProducerTarget, producer_target, resolve_clusters
 from consumers.config.loading import (
     Duration,
@@ -126,7 +126,7 @@ class WorkloadSpec(FrozenModel):
     clusters: dict[Name, Cluster] = Field(default_factory=dict)
     #: Who answers for it, tags, and its checks' thresholds (how the catalog shows it).
     owners: tuple[Owner, ...] = ()
-    tags: dict[TagValue, TagValue] = Field(default_factory=dict)
+    tags: dict[TagKey, TagValue] = Field(default_factory=dict)
     checks: ChecksSpec = ChecksSpec()
 
     @field_validator("processes", "max_handoff_bytes")

@@ -3,6 +3,7 @@ the dead-letter topic, so the workload stops before more than ``max_ratio`` of t
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 
@@ -27,5 +28,6 @@ class ValveWindow:
 
     @property
     def used(self) -> float:
-        """Dead letters in the window over what the valve allows (at 1 the next one stops it)."""
-        return self.dead / self._allowed
+        """Dead letters in the window over the most it can hold: at 1 the next one stops the
+        workload (``max_ratio x window`` rounded down; the spec makes it at least 1)."""
+        return self.dead / max(math.floor(self._allowed), 1)

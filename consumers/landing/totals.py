@@ -10,22 +10,32 @@ report costs a directory listing and the footers of the files new since the last
 
 from __future__ import annotations
 
+import logging
 import os
 from collections import OrderedDict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
+
+log = logging.getLogger(__name__)
 
 #: Day directories whose footers are remembered (a run lands into today and a few late days).
 REMEMBERED_DAYS: Final = 8
 
 
 class DayTotals:
-    """Rows and files of a landed day directory, with footers remembered per file."""
+    """Rows and files of a landed day directory, with footers remembered per file. Not
+    thread-safe: one thread at a time (the run warms it off its loop, then reports)."""
 
     def __init__(self, remembered_days: int = REMEMBERED_DAYS) -> None:
         self._remembered = remembered_days
         #: day directory -> file name -> (size, mtime_ns, rows), least recently asked first.
         self._days: OrderedDict[Path, dict[str, tuple[int, int, int]]] = OrderedDict()
+
+    def warm(self, directories: Iterable[Path]) -> None:
+        """Read the footers of files new in ``directories`` now, so a report reads few."""
+        for directory in directories:
+            self.of(directory)
 
     def of(self, directory: Path) -> tuple[int, int]:
         """``(rows, files)`` of the Parquet files Spark reads in ``directory`` (names starting
@@ -50,6 +60,9 @@ class DayTotals:
                     seen = (stat.st_size, stat.st_mtime_ns, rows)
             except FileNotFoundError:
                 continue  # removed since the listing (a rewind, or a replay's clean-up)
+            except Exception as exc:  # one unreadable file must not stop every report
+                log.warning("%s: left out of the day's totals: %s", entry.path, exc)
+                continue
             current[name] = seen
         self._days[directory] = current
         while len(self._days) > self._remembered:

@@ -39,7 +39,7 @@ from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,
     DISCOVERY_SENSOR_NAME,
     PLATFORM_STOP_REASON,
-    STOP_REASON_TAG,
+    stop_tags,
     workloads_dir,
 )
 
@@ -282,7 +282,7 @@ class Platform:
         from dagster import DagsterInstance
 
         with DagsterInstance.from_config(str(self.home)) as instance:
-            instance.add_run_tags(run_id, {STOP_REASON_TAG: PLATFORM_STOP_REASON})
+            instance.add_run_tags(run_id, stop_tags(run_id, PLATFORM_STOP_REASON))
 
     # ------------------------------------------------------------ stop
 

@@ -75,10 +75,11 @@ from orchestration.workloads.names import (
     PARTITION_TAG,
     REWIND_JOB_NAME,
     SPEC_HASH_TAG,
-    STOP_REASON_TAG,
     WORKLOAD_PARTITIONS_NAME,
     WORKLOAD_TAG,
     replica_of,
+    stop_reason_of,
+    stop_tags,
     unit_workload,
     workloads_dir,
 )
@@ -223,32 +224,34 @@ class Watch:
 
     def __init__(self) -> None:
         self.reloader = Reloader()
-        self._phases: dict[str, tuple[str, int]] = {}
+        self._phases: dict[str, tuple[str, int, int]] = {}
 
     def phase_changes(
         self, phases: Mapping[str, str], registry: Registry, wanted: Mapping[str, int]
     ) -> list[AssetObservation]:
-        """An observation of each workload's asset whose phase (its replica 0's) or count of
-        running replicas changed, with the replicas it should have (``wanted``: autoscaling's)."""
+        """An observation of each workload's asset whose phase (its replica 0's), count of
+        running replicas or wanted count (``wanted``: autoscaling's, else the spec's) changed."""
         running: dict[str, int] = {}
         for unit, phase in phases.items():
             name = unit_workload(unit)[0]
             running[name] = running.get(name, 0) + (phase == "running")
         out = []
+        for name in self._phases.keys() - registry.workloads.keys():
+            del self._phases[name]  # removed: a workload added again is observed afresh
         for unit, phase in sorted(phases.items()):
             name, replica = unit_workload(unit)
             entry = registry.workloads.get(name)
             if replica != 0 or phase == "removed" or entry is None:
                 continue
-            seen = (phase, running[name])
+            seen = (phase, running[name], wanted.get(name, entry.spec.replicas.min))
             if self._phases.get(name) == seen:
                 continue
             self._phases[name] = seen
             metadata: dict[str, str | int] = {
                 "workload": name,
                 "status": phase,
-                "replicas_running": running[name],
-                "replicas_wanted": wanted.get(name, entry.spec.replicas.min),
+                "replicas_running": seen[1],
+                "replicas_wanted": seen[2],
             }
             out.append(AssetObservation(asset_key=workload_key(name), metadata=metadata))
         return out
@@ -323,7 +326,7 @@ def run_info(record: RunRecord) -> RunInfo | None:
         by_sensor=generation is not None and not reexecuted,
         generation=None if reexecuted else generation,
         spec_hash=None if reexecuted else tags.get(SPEC_HASH_TAG),
-        stop_reason=None if reexecuted else tags.get(STOP_REASON_TAG),
+        stop_reason=stop_reason_of(run.run_id, tags),
     )
 
 
@@ -358,7 +361,7 @@ def stop_run(instance: DagsterInstance, log: logging.Logger, cancel: Cancel) -> 
     """
     what = f"{cancel.workload}: run {cancel.run_id} ({cancel.reason})"
     try:
-        instance.add_run_tags(cancel.run_id, {STOP_REASON_TAG: cancel.reason})
+        instance.add_run_tags(cancel.run_id, stop_tags(cancel.run_id, cancel.reason))
         run = instance.get_run_by_id(cancel.run_id)
         if run is None or run.is_finished:
             return

@@ -13,8 +13,10 @@ check from the UI judges it at once, from the same reports.
 
 # No ``from __future__ import annotations``: Dagster reads the check function's ``context``
 # annotation at definition time and cannot resolve it from a string.
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 from dagster import (
@@ -31,7 +33,8 @@ from dagster import (
     multi_asset_check,
 )
 
-from consumers.config.spec import WorkloadSpec
+from consumers.config.spec import WorkloadSpec, load_spec
+from consumers.errors import SpecError
 from orchestration.workloads.assets import (
     CHECKS,
     DEAD_LETTERS_CHECK,
@@ -39,7 +42,9 @@ from orchestration.workloads.assets import (
     PINNED_CHECK,
     workload_key,
 )
-from orchestration.workloads.names import CONSUMER_JOB_NAME, PARTITION_TAG
+from orchestration.workloads.names import CONSUMER_JOB_NAME, PARTITION_TAG, replica_of
+
+log = logging.getLogger(__name__)
 
 #: A result that did not change is recorded again after this long (the check page's history).
 REPEAT_SECONDS: Final = 300.0
@@ -149,7 +154,7 @@ def judge(spec: WorkloadSpec, reports: Sequence[Report]) -> list[Judgement]:
                 f"dead letters use {used:.0%} of the safety valve (threshold "
                 f"{checks.dead_letters:.0%}; at 100% the workload stops)",
                 {"valve_used": round(used, 4), "threshold": checks.dead_letters},
-                AssetCheckSeverity.WARN if used < 1 else AssetCheckSeverity.ERROR,
+                AssetCheckSeverity.WARN,  # a warning before the valve stops the workload
             )
         )
     elif spec.dead_letter is None:
@@ -165,7 +170,7 @@ def _seconds(report: Report | None) -> float:
 
 
 class Recorder:
-    """Which results the sensor recorded last, so it records changes and repeats only."""
+    """Which results a run recorded last, so it records changes and repeats only."""
 
     def __init__(self) -> None:
         self._last: dict[tuple[str, str], tuple[bool, float]] = {}
@@ -181,9 +186,71 @@ class Recorder:
         return out
 
 
+class CheckJudge:
+    """A consumer run's side: judge the workload at each report, from the run's own report and
+    its live siblings' latest ones. Only the lowest live replica records results, so the
+    checks' history has one writer whatever the replica count. Runs off the op's thread (the
+    instance is thread-safe); the thresholds are read again when the spec's file changes, as
+    they are not part of the spec's hash and restart no run."""
+
+    def __init__(
+        self,
+        instance: DagsterInstance,
+        spec: WorkloadSpec,
+        run_id: str,
+        replica: int,
+        path: Path | None = None,
+    ) -> None:
+        self._instance, self._run_id, self._replica = instance, run_id, replica
+        self._spec = self._judged_by = spec
+        self._path = path
+        self._changed = path.stat().st_mtime_ns if path is not None else None
+        self._recorder = Recorder()
+
+    def judge(self, own: Report, now: float) -> list[Judgement]:
+        """Judge and record what is due; the judgements recorded."""
+        instance, name = self._instance, self._spec.name
+        live = instance.get_runs(
+            RunsFilter(
+                job_name=CONSUMER_JOB_NAME,
+                tags={PARTITION_TAG: name},
+                statuses=[DagsterRunStatus.STARTED],
+            )
+        )
+        others = [run for run in live if run.run_id != self._run_id]
+        if any(replica_of(run.tags) < self._replica for run in others):
+            return []  # a lower replica records the workload's checks
+        reports = [own, *live_reports(instance, name, [run.run_id for run in others])]
+        due = self._recorder.due(name, judge(self._thresholds(), reports), now)
+        key = workload_key(name)
+        for judgement in due:
+            instance.report_runless_asset_event(judgement.as_evaluation(key))
+        return due
+
+    def _thresholds(self) -> WorkloadSpec:
+        if self._path is None:
+            return self._judged_by
+        try:
+            changed = self._path.stat().st_mtime_ns
+        except OSError:
+            return self._judged_by
+        if changed != self._changed:
+            self._changed = changed
+            try:
+                spec = load_spec(self._path, import_handler=False)
+            except SpecError as exc:  # the sensor reports the file; judge by the last valid one
+                log.warning(
+                    "workload %s: checks judged by the last valid spec: %s", self._spec.name, exc
+                )
+            else:
+                if spec.name == self._spec.name:
+                    self._judged_by = spec
+        return self._judged_by
+
+
 def workload_checks(specs: Sequence[WorkloadSpec]) -> list[AssetChecksDefinition]:
-    """The three checks of every workload. The discovery sensor evaluates them each tick; running
-    one from the UI evaluates it now, from the same reports."""
+    """The three checks of every workload. Its consumer runs judge them at each report
+    (:class:`CheckJudge`); executing one from the UI judges it now, from the same reports."""
     if not specs:
         return []
     check_specs = [

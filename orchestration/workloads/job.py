@@ -71,9 +71,9 @@ from orchestration.workloads.heartbeat import HEARTBEAT_SECONDS, write_heartbeat
 from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,
     SPEC_HASH_TAG,
-    STOP_REASON_TAG,
     replica_of,
     replica_unit,
+    stop_reason_of,
     workloads_dir,
 )
 from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
@@ -331,7 +331,7 @@ def _end_stopped(context: OpExecutionContext, name: str, drained: bool) -> None:
     run = context.instance.get_run_by_id(context.run_id)
     if not drained or run is None or run.status != DagsterRunStatus.CANCELING:
         raise DagsterExecutionInterruptedError(f"workload {name} stopped on request")
-    reason = run.tags.get(STOP_REASON_TAG)
+    reason = stop_reason_of(run.run_id, run.tags)
     if reason is not None:
         context.log.info(f"workload {name}: stopped ({reason}), drained and committed")
         return

@@ -44,6 +44,9 @@ ASSIGNED_TAG: Final = "lanehouse/assigned"
 #: terminated, the discovery sensor starts that workload again when the platform comes back.
 STOP_REASON_TAG: Final = "lanehouse/stop_reason"
 PLATFORM_STOP_REASON: Final = "platform"
+#: The run a stop reason was given to: a re-execution copies its parent's tags, these two
+#: included, so a reason is the run's own only where this tag names the run.
+STOPPED_RUN_TAG: Final = "lanehouse/stopped_run"
 #: Dagster's own run tags: the partition a run serves; set on re-executions (with the parent's
 #: tags copied, ours included).
 PARTITION_TAG: Final = "dagster/partition"
@@ -95,3 +98,20 @@ def topic_asset_key(topic: str, kind: SourceKind = "kafka") -> list[str]:
         )
         return ["topics", "pulsar", _part(tenant), _part(namespace), _part(name)]
     return ["topics", _part(topic)]
+
+
+def stop_tags(run_id: str, reason: str) -> dict[str, str]:
+    """The tags that say the platform stopped ``run_id`` on purpose, and why."""
+    return {STOP_REASON_TAG: reason, STOPPED_RUN_TAG: run_id}
+
+
+def stop_reason_of(run_id: str, tags: Mapping[str, str]) -> str | None:
+    """Why the platform stopped this run, if it did; never a reason copied from the parent of a
+    re-execution (runs stopped before :data:`STOPPED_RUN_TAG` existed carry the reason alone)."""
+    reason = tags.get(STOP_REASON_TAG)
+    if reason is None:
+        return None
+    stopped = tags.get(STOPPED_RUN_TAG)
+    if stopped is not None:
+        return reason if stopped == run_id else None
+    return None if PARENT_RUN_TAG in tags else reason

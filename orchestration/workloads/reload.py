@@ -15,8 +15,9 @@ Where: ``LANEHOUSE_DAGSTER_URL`` (the webserver, e.g. ``http://127.0.0.1:3000``;
 up`` and the compose stack set it) and ``LANEHOUSE_CODE_LOCATION`` (default ``lanehouse``, as
 ``workspace.yaml`` names it). Without the URL the tick warns with what is missing instead.
 
-A workload whose file turned invalid keeps what was loaded for it: the sensor holds its runs on
-the last valid spec, and its page keeps showing them ("held").
+A workload whose file turned invalid asks for no reload: the sensor holds its runs on the last
+valid spec, and its page keeps showing them ("held") until the location loads again for another
+reason; a load leaves out invalid files, and with them that workload's assets.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ _loaded: tuple[Path, Signature] | None = None
 
 
 def signature(specs: Iterable[WorkloadSpec]) -> Signature:
-    """The parts of each spec that definitions show (not its handler or engine settings)."""
+    """The parts of each spec that definitions show: source, dataset, owners, tags, checks and
+    the handler's name (not its engine settings)."""
     return {
         spec.name: repr(
             (

@@ -7,6 +7,7 @@ Only on the op's thread (:mod:`orchestration.workloads.job` runs the reporting t
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from pathlib import Path
 from typing import Any, Final
@@ -14,25 +15,22 @@ from typing import Any, Final
 from dagster import (
     AssetMaterialization,
     AssetObservation,
-    DagsterRunStatus,
     MetadataValue,
     OpExecutionContext,
-    RunsFilter,
     TableColumn,
     TableRecord,
     TableSchema,
 )
 
-from consumers.config.spec import WorkloadSpec, load_spec, spec_hash
-from consumers.errors import SpecError
+from consumers.config.spec import WorkloadSpec, spec_hash
 from consumers.landing.sink import LandedFile
 from consumers.landing.totals import DayTotals
 from consumers.service.app import ConsumerApp
 from consumers.service.metrics import WorkloadSnapshot, key_label, workload_snapshot
 from orchestration.lake.landed import LAKE_PARTITIONS, landed_key
 from orchestration.workloads.assets import workload_key
-from orchestration.workloads.health import Recorder, Report, judge, live_reports
-from orchestration.workloads.names import ASSIGNED_TAG, CONSUMER_JOB_NAME, PARTITION_TAG
+from orchestration.workloads.health import CheckJudge
+from orchestration.workloads.names import ASSIGNED_TAG
 
 
 def workload_metadata(
@@ -174,7 +172,7 @@ class Reporter:
         replica: int = 0,
         path: Path | None = None,
     ) -> None:
-        """``path``: the spec's file, read again for the checks' thresholds when it changes."""
+        """``path``: the spec's file (the checks' thresholds are read again when it changes)."""
         self._context = context
         self._app = app
         self._name = self.workload = spec.name
@@ -182,10 +180,7 @@ class Reporter:
         #: The partitions last written to the run's ``ASSIGNED_TAG`` (rewritten on a change).
         self._assigned: str | None = None
         self._key = workload_key(spec.name)
-        self._spec = self._judged_by = spec
-        self._path = path
-        self._changed = path.stat().st_mtime_ns if path is not None else None
-        self._recorder = Recorder()
+        self._judge = CheckJudge(context.instance, spec, context.run_id, replica, path)
         self._since = app.clock.now()
         self._completed = 0
         self._digest = spec_hash(spec)
@@ -205,10 +200,19 @@ class Reporter:
             waited += FIRST_REPORT_POLL
         while True:
             try:
-                self.observe("running")
+                # Footers of the day's files and the checks' reads off the loop: handlers,
+                # commits and rebalances go on meanwhile.
+                await asyncio.to_thread(self._totals.warm, self._landed_days())
+                report = self.observe("running")
+                if report is not None:
+                    await asyncio.to_thread(self._judge.judge, report, clock.now())
             except Exception as exc:  # a storage hiccup must not end reporting for the run
                 self._context.log.warning(f"progress report failed, trying again: {exc!r}")
             await clock.sleep(seconds)
+
+    def _landed_days(self) -> set[Path]:
+        landing = self._app.runners[self._name].landing if self._name in self._app.runners else None
+        return {file.path.parent for file in landing.recent} if landing is not None else set()
 
     def _lag_known(self) -> bool:
         runner = self._app.runners.get(self._name)
@@ -217,9 +221,10 @@ class Reporter:
             for p in runner.partitions()
         )
 
-    def observe(self, status: str) -> None:
+    def observe(self, status: str) -> dict[str, Any] | None:
+        """Report now; the report (None: the engine never started)."""
         if self._name not in self._app.runners:
-            return  # the engine never started
+            return None
         now = self._app.clock.now()
         snap = workload_snapshot(self._app, self._name, now)
         completed = snap.counters["completed"]
@@ -230,7 +235,6 @@ class Reporter:
         self._context.log_event(
             AssetObservation(asset_key=self._key, metadata={**metadata, **self._links})
         )
-        self._judge(metadata, now)
         self._tag_assignment(snap)
         landing = self._app.runners[self._name].landing
         if landing is not None:
@@ -244,45 +248,7 @@ class Reporter:
         # them (~4 KB each) until the op returns, which for a consumer is weeks: drop them.
         for _ in self._context.consume_events():
             pass
-
-    def _judge(self, own: Report, now: float) -> None:
-        """The workload's checks from this report and the live replicas' latest ones; recorded
-        when a result changes, and every few minutes (:class:`Recorder`)."""
-        reports = [own]
-        if self._spec.replicas.max > 1:
-            instance, name = self._context.instance, self._spec.name
-            live = instance.get_runs(
-                RunsFilter(
-                    job_name=CONSUMER_JOB_NAME,
-                    tags={PARTITION_TAG: name},
-                    statuses=[DagsterRunStatus.STARTED],
-                )
-            )
-            others = [run.run_id for run in live if run.run_id != self._context.run_id]
-            reports += live_reports(instance, name, others)
-        judged = judge(self._thresholds(), reports)
-        for judgement in self._recorder.due(self._spec.name, judged, now):
-            self._context.instance.report_runless_asset_event(judgement.as_evaluation(self._key))
-
-    def _thresholds(self) -> WorkloadSpec:
-        """The spec to judge by, read again when its file changed: thresholds are not part of
-        the spec's hash, so an edit of them reaches the running runs without a restart."""
-        if self._path is None:
-            return self._judged_by
-        try:
-            changed = self._path.stat().st_mtime_ns
-        except OSError:
-            return self._judged_by
-        if changed != self._changed:
-            self._changed = changed
-            try:
-                spec = load_spec(self._path, import_handler=False)
-            except SpecError as exc:  # the sensor reports the file; judge by the last valid one
-                self._context.log.warning(f"checks judged by the last valid spec: {exc}")
-            else:
-                if spec.name == self._spec.name:
-                    self._judged_by = spec
-        return self._judged_by
+        return metadata
 
     def _tag_assignment(self, snap: WorkloadSnapshot) -> None:
         """The run's partitions as a tag, so the Runs page shows how replicas split them.

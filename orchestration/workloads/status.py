@@ -43,8 +43,8 @@ from orchestration.workloads.names import (
     PARENT_RUN_TAG,
     PARTITION_TAG,
     PLATFORM_STOP_REASON,
-    STOP_REASON_TAG,
     replica_of,
+    stop_reason_of,
     unit_workload,
 )
 from orchestration.workloads.registry import InvalidSpec, Registry, read_registry
@@ -202,7 +202,7 @@ def _runs(instance: DagsterInstance, name: str, limit: int) -> list[RunSummary]:
                 generation=tags.get(GENERATION_TAG),
                 restarts=int(restarts) if restarts.isdigit() else 0,
                 crash_loop=tags.get(CRASH_LOOP_TAG) == "true",
-                stop_reason=tags.get(STOP_REASON_TAG),
+                stop_reason=stop_reason_of(run.run_id, tags),
                 by_sensor=GENERATION_TAG in tags and PARENT_RUN_TAG not in tags,
             )
         )

@@ -58,6 +58,7 @@ from orchestration.workloads.names import (
     SPEC_HASH_TAG,
     STOP_REASON_TAG,
     WORKLOAD_TAG,
+    stop_tags,
 )
 from orchestration.workloads.scaling import SCALING_TAG
 from tests.integration import discovery_defs
@@ -525,6 +526,27 @@ def test_a_re_execution_does_not_inherit_its_parents_stop_reason(platform: Platf
     stopped = platform.tick()
     assert stopped.run_requests == []
     assert stopped.skip_message == "workloads: 1 stopped by a person"
+
+
+def test_a_re_execution_the_platform_stopped_starts_again(platform: Platform) -> None:
+    """A person resumed the workload by re-executing a run; ``lanehouse up``'s shutdown then
+    stopped that re-execution: its own stop reason (not its parent's, copied) says so, and the
+    workload starts again instead of staying stopped by a person."""
+    platform.write("orders")
+    platform.tick()
+    (parent,) = platform.runs("orders")
+    platform.terminate_from_ui(parent)
+    platform.now += 10
+    assert platform.tick().skip_message == "workloads: 1 stopped by a person"
+    rerun = platform.instance.create_run_for_job(
+        stand_in, tags={**parent.tags, PARENT_RUN_TAG: parent.run_id}, status=S.STARTED
+    )
+    platform.now += 10
+    assert platform.tick().skip_message == "workloads: 1 running"
+    platform.instance.add_run_tags(rerun.run_id, stop_tags(rerun.run_id, "platform"))
+    platform.terminate_from_ui(rerun)
+    platform.now += 10
+    assert len(platform.tick().run_requests or []) == 1
 
 
 def live(platform: Platform, name: str) -> dict[str, DagsterRun]:

@@ -191,19 +191,24 @@ class Flow(threading.Thread):
         super().__init__(name="flow", daemon=True)
         self.bootstrap, self.topic = bootstrap, topic
         self.produced = 0
+        self.error: BaseException | None = None
         self._finish = threading.Event()
 
     def run(self) -> None:
-        while not self._finish.is_set():
-            chunk = self.produced // 3000
-            produce_sample(self.bootstrap, self.topic, 3000, KEYS, 750, key_prefix=f"f{chunk}-")
-            self.produced += 3000
+        try:
+            while not self._finish.is_set():
+                chunk = self.produced // 3000
+                produce_sample(self.bootstrap, self.topic, 3000, KEYS, 750, key_prefix=f"f{chunk}-")
+                self.produced += 3000
+        except BaseException as exc:
+            self.error = exc
 
     def finish(self) -> int:
         """Stops after the chunk under way; the number of records produced."""
         self._finish.set()
         self.join(60)
         assert not self.is_alive(), "the flow did not stop"
+        assert self.error is None, f"the flow failed: {self.error!r}"
         return self.produced
 
 
@@ -240,6 +245,8 @@ def test_replica_runs_scale_up_split_survive_a_kill_and_scale_down_losing_nothin
             message="the new replicas take their share",
         )
 
+        flowing = flow.produced
+        wait_until(lambda: flow.produced > flowing, 30, message="records still flow")
         killed = daemon.live()["1"]
         daemon.workers[killed.run_id].send_signal(signal.SIGKILL)
         # The other two hold every partition until replica 1 is back.

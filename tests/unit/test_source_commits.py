@@ -71,7 +71,9 @@ class ReassignedAtOnce:
                 for offset in range(RECORDS)
             ]
         self.polling.set()
-        if not self.reassigned.is_set() and self.commit_queued.wait(timeout):
+        # Long enough for the runner to queue its commit while this poll is under way (it cannot
+        # be sent before the revoke then); a commit never queued fails the test below.
+        if not self.reassigned.is_set() and self.commit_queued.wait(10):
             self._callbacks["revoke"]([PART])
             self.position = FURTHER  # another member's commit while this one rejoins
             self._callbacks["assign"]([PART])
@@ -137,6 +139,9 @@ def test_a_commit_queued_before_a_fast_reassignment_never_moves_the_position_bac
         await run
 
     asyncio.run(scenario())
+    assert consumer.reassigned.is_set(), "no commit was queued during the poll"
+    # The revoke's commit came first: the queued one was never sent before it.
+    assert consumer.log[0] == (RECORDS, "sync"), consumer.log
     after = consumer.log[consumer.log.index((RECORDS, "sync")) + 1 :]
     assert consumer.position == FURTHER, f"the position went back: commits {consumer.log}"
     assert after == [], f"commits sent after the revoke's: {after}"

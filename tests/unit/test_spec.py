@@ -695,6 +695,12 @@ def test_owners_tags_and_check_thresholds_stay_out_of_the_spec_hash(tmp_path: Pa
     assert (spec.checks.lag, spec.checks.pinned, spec.checks.dead_letters) == (500, 120.0, 0.25)
     assert (plain.checks.lag, plain.checks.pinned, plain.checks.dead_letters) == (10_000, 300, 0.5)
     assert spec_hash(plain) == spec_hash(spec)  # editing them restarts no run
+    # What the spec accepts, Dagster accepts: the code location keeps loading.
+    from orchestration.workloads.assets import workload_assets
+
+    [asset] = workload_assets([spec])
+    assert asset.owners == ["data@example.com", "team:growth"]
+    assert {k: v for k, v in asset.tags.items() if "/" not in k} == {"domain": "shop", "tier": "1"}
 
 
 @pytest.mark.parametrize(
@@ -702,7 +708,9 @@ def test_owners_tags_and_check_thresholds_stay_out_of_the_spec_hash(tmp_path: Pa
     [
         ({"owners": ["alice"]}, "owners[0]", "not an owner"),
         ({"owners": ["team:"]}, "owners[0]", "not an owner"),
-        ({"tags": {"tier": "one two"}}, "tags", "not allowed in a tag"),
+        ({"owners": ["ops@x.engineering"]}, "owners[0]", "not an owner"),
+        ({"tags": {"tier": "one two"}}, "tags", "not allowed as a tag value"),
+        ({"tags": {"": "x"}}, "tags", "not allowed as a tag key"),
         ({"checks": {"lag": 0}}, "checks.lag", "greater than or equal to 1"),
         ({"checks": {"dead_letters": 1.5}}, "checks.dead_letters", "less than or equal to 1"),
         ({"checks": {"pinned": "soon"}}, "checks.pinned", "invalid duration"),

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from consumers.config.spec import WorkloadSpec, load_spec
+from consumers.engine.valve import ValveWindow
 from orchestration.workloads import reload
 from orchestration.workloads.assets import DEAD_LETTERS_CHECK, LAG_CHECK, PINNED_CHECK
 from orchestration.workloads.health import Recorder, judge
@@ -157,3 +158,11 @@ def test_an_invalid_file_keeps_its_definitions_and_no_url_means_a_warning(
     warned = check(reload.Reloader(), tmp_path, 0.0)
     assert warned is not None and warned.level == "warning"
     assert "added c" in warned.text and reload.URL_ENV in warned.text
+
+
+def test_the_valve_share_reaches_one_where_the_next_dead_letter_stops_the_workload() -> None:
+    valve = ValveWindow(window=5, max_ratio=0.5)  # 2.5 allowed: 2 can be held
+    valve.count(True)
+    assert not valve.would_trip() and valve.used == 0.5
+    valve.count(True)
+    assert valve.would_trip() and valve.used == 1.0
