@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
@@ -24,10 +25,12 @@ REMEMBERED_DAYS: Final = 8
 
 
 class DayTotals:
-    """Rows and files of a landed day directory, with footers remembered per file. Not
-    thread-safe: one thread at a time (the run warms it off its loop, then reports)."""
+    """Rows and files of a landed day directory, with footers remembered per file. A run warms
+    it in a thread and reads it on its loop; a lock keeps the two apart when they meet (the
+    run's last report while a warm-up it no longer waits for still runs)."""
 
     def __init__(self, remembered_days: int = REMEMBERED_DAYS) -> None:
+        self._lock = threading.Lock()
         self._remembered = remembered_days
         #: day directory -> file name -> (size, mtime_ns, rows), least recently asked first.
         self._days: OrderedDict[Path, dict[str, tuple[int, int, int]]] = OrderedDict()
@@ -40,6 +43,10 @@ class DayTotals:
     def of(self, directory: Path) -> tuple[int, int]:
         """``(rows, files)`` of the Parquet files Spark reads in ``directory`` (names starting
         with ``.`` or ``_`` are skipped: temporaries and markers)."""
+        with self._lock:
+            return self._count(directory)
+
+    def _count(self, directory: Path) -> tuple[int, int]:
         import pyarrow.parquet as pq
 
         known = self._days.pop(directory, {})
