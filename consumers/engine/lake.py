@@ -19,10 +19,16 @@ from consumers.landing.files import (
     clear_from,
     ensure_index,
     remove_stale_temporaries,
+    trim_from,
 )
 from consumers.landing.sink import LandingSettings, LandingSink
 
 log = logging.getLogger("lanehouse.engine")
+
+#: How far below the committed position a landed file may start and still hold records at or
+#: above it (records complete out of offset order; :func:`~consumers.landing.files.trim_from`):
+#: about a partition's ``max_buffered``, with room to spare.
+STRADDLE_WINDOW = 1_000_000
 
 
 class Lake:
@@ -84,14 +90,24 @@ class Lake:
                 part.committed,
                 keep=part.skip,
             )
-            if removed:
+            cut = trim_from(
+                settings.lake,
+                settings.dataset,
+                identity,
+                part.partition,
+                part.committed,
+                since=part.committed - STRADDLE_WINDOW,
+            )
+            if removed or cut:
                 log.info(
-                    "workload %s: %s[%d] restarts at %d: removed %d landed files to land again",
+                    "workload %s: %s[%d] restarts at %d: removed %d landed files and cut %d "
+                    "back to land their records again",
                     self._name,
                     part.topic,
                     part.partition,
                     part.committed,
                     removed,
+                    cut,
                 )
 
     def identity(self, topic: str) -> SourceIdentity:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from consumers.config.loading import state_dir
-from consumers.landing.positions import HEADROOM, index_dir, read_bounds, write_bound
+from consumers.landing.positions import build_index, days_from, in_days
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -231,52 +231,15 @@ def clear_from(
 
 
 def ensure_index(lake: Path, dataset: str, source: SourceIdentity, partition: int) -> bool:
-    """Give a partition whose files were landed before :mod:`consumers.landing.positions`
-    existed its index, from one listing of every day; True if it had to. Called on assignment,
-    before anything of the partition is cleared or landed."""
-    root = lake / "landed" / dataset
-    directory = index_dir(root, source.file_prefix(), partition)
-    if directory.is_dir():
-        return False
-    pattern = re.compile(re.escape(f"{source.file_prefix()}-p{partition}-o") + r"(\d+)")
-    highest: dict[date, int] = {}
-    for path in root.glob(f"event_date=*/{source.file_prefix()}-p{partition}-o*.parquet"):
-        match = pattern.match(path.name)
-        day = _day_of(path.parent)
-        if match is not None and day is not None:
-            highest[day] = max(highest.get(day, -1), int(match.group(1)))
-    for day, first in highest.items():
-        write_bound(directory, day, first + HEADROOM)
-    directory.mkdir(parents=True, exist_ok=True)
-    return True
+    """Give a partition landed before its index existed one (:func:`~consumers.landing.positions.
+    build_index`); True if it had to. Called on assignment, before anything is cleared or landed."""
+    return build_index(lake / "landed" / dataset, source.file_prefix(), partition)
 
 
 def _days_from(
     lake: Path, dataset: str, source: SourceIdentity, partition: int, position: int
 ) -> list[date] | None:
-    """The days that may hold the partition's files at ``position`` or later (None: no index,
-    every day)."""
-    directory = index_dir(lake / "landed" / dataset, source.file_prefix(), partition)
-    bounds = read_bounds(directory)
-    if bounds is None:
-        return None
-    return sorted(day for day, bound in bounds.items() if bound >= position)
-
-
-def _in_days(root: Path, days: Sequence[date] | None, names: str) -> Iterator[Path]:
-    """Files matching ``names`` in the day directories of ``days``, or of every day."""
-    if days is None:
-        yield from root.glob(f"event_date=*/{names}")
-        return
-    for day in days:
-        yield from (root / f"event_date={day.isoformat()}").glob(names)
-
-
-def _day_of(directory: Path) -> date | None:
-    try:
-        return date.fromisoformat(directory.name.removeprefix("event_date="))
-    except ValueError:
-        return None
+    return days_from(lake / "landed" / dataset, source.file_prefix(), partition, position)
 
 
 def _offset_named(
@@ -294,28 +257,46 @@ def _offset_named(
         return
     prefix = f"{source.file_prefix()}-p{partition}-o"
     pattern = re.compile(re.escape(prefix) + r"(\d+)\.parquet")
-    for path in _in_days(root, days, f"{prefix}*.parquet"):
+    for path in in_days(root, days, f"{prefix}*.parquet"):
         match = pattern.fullmatch(path.name)
         if match is not None:
             yield path, int(match.group(1))
 
 
 def trim_from(
-    lake: Path, dataset: str, source: SourceIdentity, partition: int, position: int
+    lake: Path,
+    dataset: str,
+    source: SourceIdentity,
+    partition: int,
+    position: int,
+    since: int | None = None,
 ) -> int:
     """Cut the partition's landed files back to the offsets before ``position``; return how many
-    files changed.
+    files changed. ``since``: only files starting at or above it (None: every file).
 
-    A rewind sets a group's position anywhere, also inside a landed file: the file keeps its
-    records before the position (rewritten atomically under its own name) and the engine lands
-    the rest again when it re-reads from there (:func:`clear_from` removes whole files past it).
+    Two reasons a file starting below a position holds records at or above it:
+
+    * a rewind sets a group's position anywhere, also inside a landed file;
+    * records complete out of offset order (keys run in parallel), so a file cut while record
+      ``n`` still ran holds later records of other keys, and once ``n`` lands in the next file
+      the committed position can stop at ``n`` with those later records in the earlier file.
+      After a crash the next owner handles them again from ``n``: left in place they would
+      land twice. Such a file starts at most about ``max_buffered`` offsets below the position
+      (a partition pauses at that many uncommitted records), hence ``since``.
+
+    The file keeps its records before the position, rewritten atomically under its own name;
+    the engine lands the rest again when it re-reads from there (:func:`clear_from` removes
+    whole files past it). Files whose footer says they end below the position are not read.
     """
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     changed = 0
-    for path, first in _offset_named(lake, dataset, source, partition):
-        if first >= position:
+    days = None if since is None else _days_from(lake, dataset, source, partition, since)
+    for path, first in _offset_named(lake, dataset, source, partition, days):
+        if first >= position or (since is not None and first < since):
+            continue
+        if _highest_offset(path) < position:
             continue
         table = pq.read_table(path)
         kept = table.filter(pc.less(table["_offset"], position))
@@ -323,6 +304,21 @@ def trim_from(
             _write_atomically(path, kept)
             changed += 1
     return changed
+
+
+def _highest_offset(path: Path) -> float:
+    """The largest ``_offset`` in the file's footer statistics (infinity when it has none)."""
+    import pyarrow.parquet as pq
+
+    metadata = pq.read_metadata(path)
+    column = metadata.schema.names.index("_offset")
+    highest = -1.0
+    for group in range(metadata.num_row_groups):
+        stats = metadata.row_group(group).column(column).statistics
+        if stats is None or not stats.has_min_max:
+            return float("inf")
+        highest = max(highest, float(stats.max))
+    return highest
 
 
 #: A temporary file this old was left by a writer that died mid-write: a write takes seconds.
@@ -353,7 +349,7 @@ def remove_stale_temporaries(
     removed = 0
     names = f".{source.file_prefix()}-p{partition}-o*.tmp"
     days = None if position is None else _days_from(lake, dataset, source, partition, position)
-    for path in _in_days(root, days, names):
+    for path in in_days(root, days, names):
         try:
             if now - path.stat().st_mtime >= older_than:
                 path.unlink()

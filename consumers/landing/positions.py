@@ -24,7 +24,9 @@ clear lists every day once and writes the index from what it finds.
 from __future__ import annotations
 
 import os
+import re
 import threading
+from collections.abc import Iterator, Sequence
 from datetime import date
 from pathlib import Path
 from typing import Final
@@ -79,14 +81,20 @@ class PositionIndex:
 
     def __init__(self) -> None:
         self._bounds: dict[Path, dict[date, int]] = {}
-        self._lock = threading.Lock()  # the sink lands files from several threads at once
+        # The sink lands files from several threads at once: one lock per partition, so a slow
+        # disk's marker writes of one partition never hold up another's files.
+        self._locks: dict[Path, threading.Lock] = {}
+        self._guard = threading.Lock()
 
     def note(self, directory: Path, day: date, first: int) -> None:
-        with self._lock:
+        with self._guard:
+            lock = self._locks.setdefault(directory, threading.Lock())
+        with lock:
             self._note(directory, day, first)
 
     def _note(self, directory: Path, day: date, first: int) -> None:
-        bounds = self._bounds.setdefault(directory, {})
+        with self._guard:
+            bounds = self._bounds.setdefault(directory, {})
         if bounds.get(day, -1) >= first:
             return
         # Another owner of the partition may have raised it since: bounds only ever go up.
@@ -97,3 +105,47 @@ class PositionIndex:
         bound = first + HEADROOM
         write_bound(directory, day, bound)
         bounds[day] = bound
+
+
+def build_index(root: Path, prefix: str, partition: int) -> bool:
+    """Index a partition whose files were landed before the index existed, from one listing of
+    every day (``root``: the dataset's directory); True if it had to."""
+    directory = index_dir(root, prefix, partition)
+    if directory.is_dir():
+        return False
+    pattern = re.compile(re.escape(f"{prefix}-p{partition}-o") + r"(\d+)")
+    highest: dict[date, int] = {}
+    for path in root.glob(f"event_date=*/{prefix}-p{partition}-o*.parquet"):
+        match = pattern.match(path.name)
+        day = _day_of(path.parent)
+        if match is not None and day is not None:
+            highest[day] = max(highest.get(day, -1), int(match.group(1)))
+    for day, first in highest.items():
+        write_bound(directory, day, first + HEADROOM)
+    directory.mkdir(parents=True, exist_ok=True)
+    return True
+
+
+def days_from(root: Path, prefix: str, partition: int, position: int) -> list[date] | None:
+    """The days that may hold the partition's files at ``position`` or later (None: no index,
+    every day)."""
+    bounds = read_bounds(index_dir(root, prefix, partition))
+    if bounds is None:
+        return None
+    return sorted(day for day, bound in bounds.items() if bound >= position)
+
+
+def in_days(root: Path, days: Sequence[date] | None, names: str) -> Iterator[Path]:
+    """Files matching ``names`` in the day directories of ``days``, or of every day."""
+    if days is None:
+        yield from root.glob(f"event_date=*/{names}")
+        return
+    for day in days:
+        yield from (root / f"event_date={day.isoformat()}").glob(names)
+
+
+def _day_of(directory: Path) -> date | None:
+    try:
+        return date.fromisoformat(directory.name.removeprefix("event_date="))
+    except ValueError:
+        return None

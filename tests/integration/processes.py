@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from consumers.dev.embedded.pulsar import PulsarLiteBroker
@@ -57,11 +58,20 @@ drain_timeout: 10s
 
 
 def start_consumer(
-    spec: Path, record_file: Path, delay: float, *extra: str
+    spec: Path,
+    record_file: Path,
+    delay: float,
+    *extra: str,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
+    """``lanehouse consume`` of ``spec`` in a process of its own; ``env`` adds variables (a
+    ``PYTHONPATH`` there comes before the repository's)."""
+    added = dict(env or {})
+    path = os.pathsep.join(filter(None, [added.pop("PYTHONPATH", ""), str(REPO)]))
     env = {
         **os.environ,
-        "PYTHONPATH": str(REPO),
+        **added,
+        "PYTHONPATH": path,
         "LH_RECORD_FILE": str(record_file),
         "LH_DELAY": str(delay),
     }

@@ -58,12 +58,15 @@ def finish_and_verify(
     runs: list[Path],
     sampler: CommitSampler,
     records: set[tuple[str, int]],
+    env: dict[str, str] | None = None,
 ) -> Verdict:
-    """One last run to idleness, then :func:`verify` over every run."""
+    """One last run to idleness (``env``: added to its environment), then :func:`verify` over
+    every run."""
     final = runs[0].with_name("final.txt")
     runs.append(final)
     # INFO: assignments and revokes, shown only if the run fails.
-    finish(start_consumer(spec, final, 0.0, "--until-idle", "2", "--log-level", "INFO"))
+    command = ("--until-idle", "2", "--log-level", "INFO")
+    finish(start_consumer(spec, final, 0.0, *command, env=env))
     committed = committed_offsets(broker.bootstrap, group, topic, partitions)
     ends = log_end_offsets(broker.bootstrap, topic, partitions)
     return verify(records, runs, sampler, committed, ends)

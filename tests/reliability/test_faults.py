@@ -11,14 +11,17 @@ import random
 import signal
 import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from consumers.backends.kafka import committed_offsets, log_end_offsets
 from consumers.dev.embedded.tansu import TansuBroker
 from consumers.dev.sample import produce_sample
 from tests.helpers import wait_until
 from tests.integration.processes import lines, start_consumer, write_spec
+from tests.landing import landed
 from tests.reliability.faults import (
     EXECUTORS,
     SOAK,
@@ -32,6 +35,8 @@ pytestmark = pytest.mark.reliability
 PARTITIONS = 4
 KEYS = 200
 KILLS = 20 if SOAK else 4
+#: On a consumer's PYTHONPATH: every fsync of that process takes $LH_SLOW_FSYNC s longer.
+SLOW_DISK = Path(__file__).parent / "slow_disk"
 
 
 @pytest.mark.parametrize("executor", sorted(EXECUTORS))
@@ -110,6 +115,59 @@ def test_a_frozen_broker_stalls_and_then_resumes_without_loss(
             kafka_broker, spec, topic, group, PARTITIONS, [run], sampler, records
         )
     print(verdict.line(f"broker frozen {freeze:.0f}s, recovered in {recovery:.1f}s"))
+    assert verdict.ok, verdict
+
+
+def test_a_slow_disk_under_landing_loses_and_duplicates_nothing(
+    kafka_broker: TansuBroker, topic_factory, tmp_path: Path
+) -> None:
+    """A landing workload on a disk where every fsync takes 500 ms: records commit only once
+    their file is durable (committed positions never pass what the lake holds, though the
+    handler finished long before), a kill -9 while files crawl to disk loses nothing, and after
+    one more run to idleness the lake holds every offset of the topic exactly once."""
+    how = EXECUTORS["async"]
+    topic = topic_factory(PARTITIONS)
+    produce_sample(kafka_broker.bootstrap, topic, how.records, KEYS)
+    records = produced(kafka_broker, topic, PARTITIONS)
+    group, lake = "g-slow-disk", tmp_path / "lake"
+    landing = "landing: {dataset: events, flush_rows: 500, flush_interval: 200ms}\n"
+    spec = write_spec(tmp_path / "spec.yaml", kafka_broker, topic, group, 50, extra=landing)
+    env = {"LANEHOUSE_LAKE": str(lake)}
+    slow = {**env, "PYTHONPATH": str(SLOW_DISK), "LH_SLOW_FSYNC": "0.5"}
+    run = tmp_path / "run0.txt"
+
+    def committed() -> dict[int, int]:
+        return committed_offsets(kafka_broker.bootstrap, group, topic, PARTITIONS)
+
+    with CommitSampler(kafka_broker.bootstrap, group, topic, PARTITIONS) as sampler:
+        proc = start_consumer(spec, run, 0.0, env=slow)
+        wait_until(lambda: max(committed().values()) > 0, timeout=120, message="a commit")
+        assert proc.poll() is None, "the consumer exited before it was killed"
+        proc.kill()  # mid-crawl: files half written, records handled but not landed
+        proc.wait(timeout=30)
+        at_kill, handled, rows = committed(), lines(run), landed(lake)
+        # Below every committed position, every offset is in the lake: commits follow files.
+        for partition, position in at_kill.items():
+            held = {r["_offset"] for r in rows if r["_partition"] == partition}
+            assert set(range(max(position, 0))) <= held, (partition, position)
+        assert len(rows) < how.records, "everything had landed before the kill"
+        verdict = finish_and_verify(
+            kafka_broker, spec, topic, group, PARTITIONS, [run], sampler, records, env=env
+        )
+    rows = landed(lake)
+    ends = log_end_offsets(kafka_broker.bootstrap, topic, PARTITIONS)
+    counts = Counter((r["_partition"], r["_offset"]) for r in rows)
+    assert set(counts) == {(p, o) for p, end in ends.items() for o in range(end)}, "lake lost"
+    days = {r["event_date"] for r in rows}  # a replay may re-cut files only across midnight
+    twice = sorted(key for key, n in counts.items() if n > 1)
+    assert len(days) > 1 or not twice, f"{len(twice)} records landed twice: {twice[:5]}"
+    landed_at_kill = sum(max(c, 0) for c in at_kill.values())
+    print(
+        verdict.line(
+            f"slow disk (fsync +500 ms): killed with {handled:,} handled, {landed_at_kill:,} "
+            "committed; lake exact"
+        )
+    )
     assert verdict.ok, verdict
 
 

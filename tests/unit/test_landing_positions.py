@@ -7,6 +7,7 @@ import os
 from datetime import date, timedelta
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from consumers.landing.files import (
@@ -16,6 +17,7 @@ from consumers.landing.files import (
     ensure_index,
     landed_path,
     remove_stale_temporaries,
+    trim_from,
     write_landed,
 )
 from consumers.landing.positions import HEADROOM, PositionIndex, index_dir, read_bounds
@@ -106,3 +108,22 @@ def test_stale_temporaries_are_looked_for_in_the_indexed_days_only(tmp_path: Pat
     )
     assert removed == 1 and left[0].exists() and not left[1].exists()
     assert remove_stale_temporaries(tmp_path, "events", SOURCE, 0, now=10_000) == 1  # every day
+
+
+def test_a_file_holding_records_past_the_position_is_cut_back_to_it(tmp_path: Path) -> None:
+    """Records complete out of offset order: a file cut while offset 5 still ran holds 3, 4 and
+    6, 7 of other keys; 5 lands in the next file. A crash with the position at 5: the next
+    owner handles 5, 6, 7 again, so the earlier file keeps only 3 and 4."""
+    index = PositionIndex()
+    index.note(positions(tmp_path), DAY, 3)
+    straddling = landed_path(tmp_path, "events", DAY, SOURCE, 0, 3)
+    rows = [LandedRow(0, offset, b"k", b"v", 0) for offset in (3, 4, 6, 7)]
+    write_landed(straddling, SOURCE, rows, 0, "w", "h")
+    below = land(tmp_path, DAY, 0, index)  # ends below the position: its footer says so
+    untouched = below.stat().st_mtime_ns
+    assert trim_from(tmp_path, "events", SOURCE, 0, 5, since=0) == 1
+    assert pq.read_table(straddling)["_offset"].to_pylist() == [3, 4]
+    assert below.stat().st_mtime_ns == untouched  # not rewritten
+    # Far below ``since``, files are not looked at.
+    write_landed(straddling, SOURCE, rows, 0, "w", "h")
+    assert trim_from(tmp_path, "events", SOURCE, 0, 5, since=4) == 0

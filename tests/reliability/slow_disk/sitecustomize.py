@@ -1,0 +1,18 @@
+"""A disk that crawls, for the consumer processes of the slow-disk fault
+(``tests/reliability/test_faults.py``): on ``PYTHONPATH``, Python imports this at start-up and
+every ``os.fsync`` then takes ``$LH_SLOW_FSYNC`` seconds longer."""
+
+import os
+import time
+
+_fsync = os.fsync
+_delay = float(os.environ.get("LH_SLOW_FSYNC", "0"))
+
+
+def _slow_fsync(fd: int) -> None:
+    time.sleep(_delay)
+    _fsync(fd)
+
+
+if _delay > 0:
+    os.fsync = _slow_fsync
