@@ -438,15 +438,15 @@ def test_the_lag_check_turns_red_with_a_backlog_and_green_once_it_drained(
     instance: DagsterInstance,
     workloads: Path,
 ) -> None:
-    """3,000 records waiting for a workload whose lag target is 1,000: the run's first report
-    (as soon as its lag is known) is red, and once the backlog drained a report is green. Then
-    the file's target goes up to 100,000 and 3,000 more records come: the running run judges by
-    the edited file (thresholds restart nothing), so the check stays green."""
+    """2,000 records waiting for a workload whose lag target is 700: the run's first report (as
+    soon as its lag is known) is red, and once the backlog drained a report is green. Then the
+    file's target goes up to 100,000 and 2,000 more records come: the running run judges by the
+    edited file (thresholds restart nothing), so the check stays green."""
     topic = topic_factory(PARTITIONS)
-    produce_sample(kafka_broker.bootstrap, topic, 3000, keys=50)
-    spec = write_spec(workloads, "backlog", kafka_broker, topic, extra="checks: {lag: 1000}")
+    produce_sample(kafka_broker.bootstrap, topic, 2000, keys=50)
+    spec = write_spec(workloads, "backlog", kafka_broker, topic, extra="checks: {lag: 700}")
     register(instance, "backlog")
-    job_handlers.reset(per_record_delay=0.01)  # 20 at a time: 1.5 s for 3,000 records
+    job_handlers.reset(per_record_delay=0.04)  # 20 at a time: 4 s for 2,000 records
     check = AssetCheckKey(workload_key("backlog"), LAG_CHECK)
 
     def results() -> list[tuple[bool, int]]:
@@ -461,15 +461,15 @@ def test_the_lag_check_turns_red_with_a_backlog_and_green_once_it_drained(
         return any(passed for passed, _ in results()[1:])
 
     def raise_the_target_and_produce_more() -> bool:
-        spec.write_text(spec.read_text().replace("lag: 1000", "lag: 100000"))
-        produce_sample(kafka_broker.bootstrap, topic, 3000, keys=50, key_prefix="more")
+        spec.write_text(spec.read_text().replace("lag: 700", "lag: 100000"))
+        produce_sample(kafka_broker.bootstrap, topic, 2000, keys=50, key_prefix="more")
         return True
 
     operator = Operator(
         instance,
         (green_again, "none"),
         (raise_the_target_and_produce_more, "none"),
-        (lambda: len(job_handlers.finished) >= 6000, "canceling"),
+        (lambda: len(job_handlers.finished) >= 4000, "canceling"),
     )
     operator.start()
     result = execute(instance, "backlog")
@@ -477,8 +477,8 @@ def test_the_lag_check_turns_red_with_a_backlog_and_green_once_it_drained(
     judged = results()
     assert operator.error is None, (operator.error, judged)
     assert result.success
-    assert judged[0][0] is False and judged[0][1] > 1000, judged  # red with the backlog
-    assert judged[1][0] is True and judged[1][1] <= 1000, judged  # green once drained
+    assert judged[0][0] is False and judged[0][1] > 700, judged  # red with the backlog
+    assert judged[1][0] is True and judged[1][1] <= 700, judged  # green once drained
     assert all(passed for passed, _ in judged[1:]), judged  # the new target holds
 
 

@@ -207,8 +207,8 @@ def workloads_in_the_ui(page: object, up: Up, url: str, workloads: Path) -> None
     expect(page.get_by_text("throughput_per_s").first).to_be_visible(timeout=30_000)
     page.screenshot(path=ARTIFACTS / "9-workload-page.png")
 
-    # A backlog the new workload meets at once: 20,000 clicks more than the shop's.
-    produce_sample(f"127.0.0.1:{up.ports[1]}", TOPIC, 20_000, 200, key_prefix="burst")
+    # A backlog the new workload meets at once: 40,000 clicks more than the shop's.
+    produce_sample(f"127.0.0.1:{up.ports[1]}", TOPIC, 40_000, 200, key_prefix="burst")
     (workloads / "added.yaml").write_text(ADDED)
     wait_until(
         lambda: defined(up, ["landed_added"]) and defined(up, ["workloads", "added"]),
