@@ -28,6 +28,7 @@ from dagster import (
     AssetCheckSpec,
     AssetKey,
     DagsterInstance,
+    DagsterRun,
     DagsterRunStatus,
     RunsFilter,
     multi_asset_check,
@@ -83,28 +84,43 @@ class Judgement:
         }
 
 
-def live_reports(instance: DagsterInstance, name: str, run_ids: Sequence[str]) -> list[Report]:
-    """The newest observation of the workload's asset by each of ``run_ids``."""
+def newest_reports(
+    instance: DagsterInstance, name: str, run_ids: Sequence[str]
+) -> dict[str, tuple[float, Report]]:
+    """The newest observation of the workload's asset by each of ``run_ids``, with its time."""
     if not run_ids:
-        return []
-    newest: dict[str, Report] = {}
+        return {}
+    newest: dict[str, tuple[float, Report]] = {}
     scanned = _SCANNED_PER_RUN * len(run_ids)
     for record in instance.fetch_observations(workload_key(name), limit=scanned).records:
         observation = record.asset_observation
         if record.run_id in run_ids and record.run_id not in newest and observation is not None:
-            newest[record.run_id] = {k: v.value for k, v in observation.metadata.items()}
-    return list(newest.values())
+            report = {k: v.value for k, v in observation.metadata.items()}
+            newest[record.run_id] = (record.timestamp, report)
+    return newest
+
+
+def live_reports(instance: DagsterInstance, name: str, run_ids: Sequence[str]) -> list[Report]:
+    """The newest report of each of ``run_ids``, without its time."""
+    return [report for _, report in newest_reports(instance, name, run_ids).values()]
+
+
+def live_runs(instance: DagsterInstance, name: str) -> list[DagsterRun]:
+    """The workload's STARTED consumer runs (its live replicas)."""
+    return list(
+        instance.get_runs(
+            RunsFilter(
+                job_name=CONSUMER_JOB_NAME,
+                tags={PARTITION_TAG: name},
+                statuses=[DagsterRunStatus.STARTED],
+            )
+        )
+    )
 
 
 def evaluate(instance: DagsterInstance, spec: WorkloadSpec) -> list[Judgement]:
     """Judge ``spec``'s workload now, from its STARTED runs' latest reports."""
-    runs = instance.get_runs(
-        RunsFilter(
-            job_name=CONSUMER_JOB_NAME,
-            tags={PARTITION_TAG: spec.name},
-            statuses=[DagsterRunStatus.STARTED],
-        )
-    )
+    runs = live_runs(instance, spec.name)
     return judge(spec, live_reports(instance, spec.name, [run.run_id for run in runs]))
 
 
@@ -210,14 +226,7 @@ class CheckJudge:
     def judge(self, own: Report, now: float) -> list[Judgement]:
         """Judge and record what is due; the judgements recorded."""
         instance, name = self._instance, self._spec.name
-        live = instance.get_runs(
-            RunsFilter(
-                job_name=CONSUMER_JOB_NAME,
-                tags={PARTITION_TAG: name},
-                statuses=[DagsterRunStatus.STARTED],
-            )
-        )
-        others = [run for run in live if run.run_id != self._run_id]
+        others = [run for run in live_runs(instance, name) if run.run_id != self._run_id]
         if any(replica_of(run.tags) < self._replica for run in others):
             return []  # a lower replica records the workload's checks
         reports = [own, *live_reports(instance, name, [run.run_id for run in others])]

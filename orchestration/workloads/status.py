@@ -14,7 +14,7 @@ works the same against ``lanehouse up`` on a laptop and a production instance on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,7 +25,6 @@ from pydantic import BaseModel, ConfigDict
 
 from consumers.config.spec import WorkloadSpec
 from consumers.scaling.policy import ScaleState
-from orchestration.workloads.assets import workload_key
 from orchestration.workloads.cursor import (
     CRASH_LOOP_TAG,
     FINISHED,
@@ -35,6 +34,7 @@ from orchestration.workloads.cursor import (
     WorkloadState,
     policy_from_env,
 )
+from orchestration.workloads.health import newest_reports
 from orchestration.workloads.heartbeat import read_heartbeats
 from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,
@@ -54,8 +54,6 @@ __all__ = ["RunSummary", "TopicProgress", "WorkloadStatus", "collect_statuses", 
 _FINISHED = frozenset(status.value for status in FINISHED)
 _LIVE = [status for status in DagsterRunStatus if status not in FINISHED]
 _N = TypeVar("_N", int, float)
-#: Observations looked through for one from each live run (the sensor observes the asset too).
-_OBSERVATIONS_SCANNED = 20
 
 
 class _Model(BaseModel):
@@ -331,15 +329,8 @@ def _progress(
     """The last report on the workload's asset of each of ``run_ids`` (the live replicas), added
     up: each replica reports its own partitions, so rates, lag and counts sum; the pin is the
     oldest."""
-    key = workload_key(spec.name)
     topic = ", ".join(spec.source.topics)
-    scanned = _OBSERVATIONS_SCANNED * max(len(run_ids), 1)
-    newest: dict[str, tuple[float, dict[str, object]]] = {}
-    for record in instance.fetch_observations(key, limit=scanned).records:
-        observation = record.asset_observation
-        if record.run_id in run_ids and record.run_id not in newest and observation is not None:
-            meta: dict[str, object] = {k: v.value for k, v in observation.metadata.items()}
-            newest[record.run_id] = (record.timestamp, meta)
+    newest = newest_reports(instance, spec.name, run_ids)
     if not newest:
         return None
     reports = [meta for _, meta in newest.values()]
@@ -363,7 +354,7 @@ def _progress(
 
 
 def _total(
-    reports: list[dict[str, object]], field: str, read: Callable[[object], _N | None]
+    reports: Sequence[Mapping[str, object]], field: str, read: Callable[[object], _N | None]
 ) -> _N | None:
     values = [value for m in reports if (value := read(m.get(field))) is not None]
     return sum(values[1:], values[0]) if values else None

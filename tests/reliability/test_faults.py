@@ -161,10 +161,10 @@ def test_a_slow_disk_under_landing_loses_and_duplicates_nothing(
     days = {r["event_date"] for r in rows}  # a replay may re-cut files only across midnight
     twice = sorted(key for key, n in counts.items() if n > 1)
     assert len(days) > 1 or not twice, f"{len(twice)} records landed twice: {twice[:5]}"
-    landed_at_kill = sum(max(c, 0) for c in at_kill.values())
+    committed_at_kill = sum(max(c, 0) for c in at_kill.values())
     print(
         verdict.line(
-            f"slow disk (fsync +500 ms): killed with {handled:,} handled, {landed_at_kill:,} "
+            f"slow disk (fsync +500 ms): killed with {handled:,} handled, {committed_at_kill:,} "
             "committed; lake exact"
         )
     )
