@@ -133,3 +133,14 @@ def spark() -> Iterator[SparkSession]:
 
     with spark_for_tests("lanehouse-tests") as session:
         yield session
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def permit_db(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> tuple[str, str, PostgresServer | None]:
+    """``(backend, url, server)``: a fresh permit database on SQLite or PostgreSQL."""
+    if request.param == "sqlite":
+        return "sqlite", f"sqlite:///{tmp_path / 'state' / 'permits.db'}", None
+    server = request.getfixturevalue("postgres_server")
+    return "postgresql", server.create_database(), server

@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -40,7 +38,7 @@ from tests.integration.permit_recording import (
     read_intervals,
 )
 from tests.integration.processes import REPO
-from tests.postgres import PostgresServer
+from tests.permit_outage import PermitDb, outage
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -60,40 +58,10 @@ def wait_for(condition: Callable[[], bool], within: float, what: str) -> float:
     return time.time()
 
 
-@contextmanager
-def outage(backend: str, url: str, server: PostgresServer | None) -> Iterator[None]:
-    """The permit database is unavailable inside the block."""
-    if server is not None:
-        server.stop()
-        try:
-            yield
-        finally:
-            server.start()
-        return
-    # SQLite: another process holds the write lock, so no renewal can commit.
-    lock = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None, timeout=10)
-    lock.execute("BEGIN EXCLUSIVE")
-    try:
-        yield
-    finally:
-        lock.execute("ROLLBACK")
-        lock.close()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def permit_db(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> tuple[str, str, PostgresServer | None]:
-    if request.param == "sqlite":
-        return "sqlite", f"sqlite:///{tmp_path / 'state' / 'permits.db'}", None
-    server: PostgresServer = request.getfixturevalue("postgres_server")
-    return "postgresql", server.create_database(), server
-
-
 def test_three_processes_share_one_pool_fairly_and_safely(
     kafka_broker: TansuBroker,
     tmp_path: Path,
-    permit_db: tuple[str, str, PostgresServer | None],
+    permit_db: PermitDb,
 ) -> None:
     backend, url, server = permit_db
     config = tmp_path / "lanehouse.yaml"

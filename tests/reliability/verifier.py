@@ -2,7 +2,8 @@
 
 A run is any number of consumer process runs over one topic, each writing the records it handled
 to its own file (``tests/integration/recording.py``), while :class:`CommitSampler` reads the
-group's committed offsets every 100 ms. :func:`verify` checks the engine's guarantees on all of
+group's committed offsets every 100 ms (on Pulsar, :class:`Positions` is sampled between runs:
+pulsar-lite admits one client per subscription). :func:`verify` checks the engine's guarantees on all of
 it and returns the figures ``docs/reliability.md`` reports:
 
 - every produced record handled at least once (``lost`` = 0);
@@ -27,15 +28,39 @@ from tests.integration.recording import order_violations, read_run
 SAMPLE_SECONDS = 0.1
 
 
-class CommitSampler:
-    """Reads a group's committed offsets every 100 ms on a thread (an offset fetch, which does
-    not join the group), keeping every partition's sequence of distinct values."""
+class Positions:
+    """Every partition's sequence of distinct committed positions, sample by sample."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str, partitions: int) -> None:
-        self._client = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-        self._parts = [TopicPartition(topic, p) for p in range(partitions)]
+    def __init__(self, partitions: int) -> None:
         self.history: dict[int, list[int]] = {p: [] for p in range(partitions)}
         self.samples = 0
+
+    def add(self, found: dict[int, int]) -> None:
+        """One sample: each partition's committed position (negative: none yet)."""
+        self.samples += 1
+        for partition, offset in found.items():
+            seen = self.history[partition]
+            if offset >= 0 and (not seen or seen[-1] != offset):
+                seen.append(offset)
+
+    def regressions(self) -> list[tuple[int, int, int]]:
+        """(partition, from, to) for every sample lower than the one before it."""
+        return [
+            (p, before, after)
+            for p, seen in self.history.items()
+            for before, after in itertools.pairwise(seen)
+            if after < before
+        ]
+
+
+class CommitSampler(Positions):
+    """Reads a group's committed offsets every 100 ms on a thread (an offset fetch, which does
+    not join the group)."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, partitions: int) -> None:
+        super().__init__(partitions)
+        self._client = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+        self._parts = [TopicPartition(topic, p) for p in range(partitions)]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="commit-sampler", daemon=True)
 
@@ -54,20 +79,7 @@ class CommitSampler:
                 found = self._client.committed(self._parts, timeout=5)
             except KafkaException:
                 continue  # the broker frozen or away: no sample, not a regression
-            self.samples += 1
-            for tp in found:
-                seen = self.history[tp.partition]
-                if tp.offset >= 0 and (not seen or seen[-1] != tp.offset):
-                    seen.append(tp.offset)
-
-    def regressions(self) -> list[tuple[int, int, int]]:
-        """(partition, from, to) for every sample lower than the one before it."""
-        return [
-            (p, before, after)
-            for p, seen in self.history.items()
-            for before, after in itertools.pairwise(seen)
-            if after < before
-        ]
+            self.add({tp.partition: tp.offset for tp in found})
 
 
 @dataclass
@@ -105,7 +117,7 @@ class Verdict:
 def verify(
     records: set[tuple[str, int]],
     runs: list[Path],
-    sampler: CommitSampler,
+    sampler: Positions,
     committed: dict[int, int],
     ends: dict[int, int],
 ) -> Verdict:
