@@ -1,0 +1,98 @@
+"""The topic itself changes under a running workload: deleted and created again with the same
+name. Checked by the suite's one verifier (``verifier.py``) on the new incarnation, and the lake
+read back per incarnation (``_topic_id``)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from consumers.backends.kafka import committed_offsets, log_end_offsets
+from consumers.dev.embedded.tansu import TansuBroker, create_topic
+from consumers.dev.sample import produce_sample
+from tests.helpers import wait_until
+from tests.integration.processes import finish, lines, start_consumer, write_spec
+from tests.landing import landed
+from tests.reliability.faults import SOAK, produced
+from tests.reliability.verifier import CommitSampler, verify
+
+pytestmark = pytest.mark.reliability
+
+PARTITIONS = 4
+KEYS = 200
+
+
+def test_a_topic_deleted_and_recreated_under_a_landing_workload(
+    kafka_broker: TansuBroker, topic_factory, tmp_path: Path
+) -> None:
+    """The topic is deleted while a landing workload reads it, then created again and filled
+    with new records. The run that had it ends (on Tansu, librdkafka crashes on the broker's
+    answer to a fetch for the deleted topic; a live client elsewhere does not follow the new
+    incarnation either: docs/reliability.md), and the next run, as the sensor would start it,
+    reads the new incarnation from its start: nothing of it lost, key order, commits, and
+    the lake holding both incarnations apart, each offset once."""
+    count = 50_000 if SOAK else 8_000
+    topic = topic_factory(PARTITIONS)
+    produce_sample(kafka_broker.bootstrap, topic, count, KEYS)
+    group, lake = "g-recreated", tmp_path / "lake"
+    landing = "landing: {dataset: events, flush_rows: 500, flush_interval: 200ms}\n"
+    spec = write_spec(tmp_path / "spec.yaml", kafka_broker, topic, group, 50, extra=landing)
+    env = {"LANEHOUSE_LAKE": str(lake)}
+    before = tmp_path / "before.txt"
+    proc = start_consumer(spec, before, 0.02, env=env)  # ~2,000 records/s: deleted mid-run
+    wait_until(
+        lambda: (
+            max(committed_offsets(kafka_broker.bootstrap, group, topic, PARTITIONS).values()) > 0
+        ),
+        timeout=120,
+        message="a commit before the delete",
+    )
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    admin.delete_topics([topic])[topic].result(timeout=30)
+    try:
+        ended = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:  # a client that survives: the restart is played by a kill
+        proc.kill()
+        ended = proc.wait(timeout=30)
+    handled_before = lines(before)
+    assert handled_before < count, "every record was handled before the delete"
+
+    create_topic(kafka_broker.bootstrap, topic, PARTITIONS, exist_ok=True)
+    produce_sample(kafka_broker.bootstrap, topic, count, KEYS, key_prefix="n")
+    records = produced(kafka_broker, topic, PARTITIONS)
+    after = tmp_path / "after.txt"
+    with CommitSampler(kafka_broker.bootstrap, group, topic, PARTITIONS) as sampler:
+        command = ("--until-idle", "2", "--log-level", "INFO")
+        finish(start_consumer(spec, after, 0.0, *command, env=env))
+        committed = committed_offsets(kafka_broker.bootstrap, group, topic, PARTITIONS)
+        ends = log_end_offsets(kafka_broker.bootstrap, topic, PARTITIONS)
+        verdict = verify(records, [after], sampler, committed, ends)
+
+    rows = landed(lake)
+    incarnations = Counter(str(r["_topic_id"]) for r in rows)
+    assert len(incarnations) == 2, f"the lake should hold two incarnations: {incarnations}"
+    new_id = next(str(r["_topic_id"]) for r in rows if _key(r).startswith("n"))
+    new = Counter((r["_partition"], r["_offset"]) for r in rows if r["_topic_id"] == new_id)
+    old = Counter((r["_partition"], r["_offset"]) for r in rows if r["_topic_id"] != new_id)
+    assert set(new) == {(p, o) for p, end in ends.items() for o in range(end)}, "new lost"
+    assert max(new.values()) == 1, "a record of the new incarnation landed twice"
+    assert max(old.values()) == 1, "a record of the old incarnation landed twice"
+    assert all(_key(r).startswith("n") for r in rows if r["_topic_id"] == new_id)
+    print(
+        verdict.line(
+            f"topic deleted after {handled_before:,} of {count:,} records (the run ended with "
+            f"{ended}) and recreated; lake: {sum(old.values()):,} old and {sum(new.values()):,} "
+            "new rows apart"
+        )
+    )
+    assert verdict.ok, verdict
+
+
+def _key(row: dict[str, object]) -> str:
+    key = row["_key"]
+    assert isinstance(key, bytes), row
+    return key.decode()
