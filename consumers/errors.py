@@ -6,6 +6,8 @@
     ├── HandlerError         user handler code failed (wraps the original exception)
     │   └── HandlerTimeout   the handler ran past the workload's timeout
     ├── BrokerError          the broker or client reported an error the engine cannot absorb
+    │   ├── TopicMissing     the broker says a topic does not exist
+    │   └── TopicReplaced    a topic was deleted or recreated under a running workload
     ├── DeadLetterRatioExceeded  the safety valve stopped a workload dead-lettering too much
     ├── LandingError         a landed file cannot be written and a retry would not help
     ├── PermitStoreError     a shared permit store is unreachable or refuses (permit_store.py)
@@ -67,6 +69,16 @@ class HandlerTimeout(HandlerError):
 
 class BrokerError(LanehouseError):
     """The broker or its client failed in a way the engine cannot absorb."""
+
+
+class TopicMissing(BrokerError):
+    """The broker says the topic does not exist (deleted, or never created)."""
+
+
+class TopicReplaced(BrokerError):
+    """A topic a workload reads was deleted, or deleted and created again, while it ran: its
+    positions belong to the old log, so they are never committed, and the workload must start
+    again to read the topic as it is now."""
 
 
 class DeadLetterRatioExceeded(LanehouseError):

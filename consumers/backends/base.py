@@ -159,7 +159,8 @@ class ProducerLike(Protocol):
 ProducerFactory = Callable[[], ProducerLike]
 
 
-#: Looks up the current identity of topics (landing workloads only).
+#: Looks up the current identity of topics: for a landing workload's file names, and for the
+#: watch on topics replaced under a running workload (:mod:`consumers.engine.incarnations`).
 Identify = Callable[[list[str]], Mapping[str, SourceIdentity]]
 #: A landed row's position in its source (Pulsar: the message id; Kafka: the offset).
 Position = Callable[[str, int, int], int]
@@ -174,3 +175,5 @@ class Backend:
     producer_factory: ProducerFactory
     identify: Identify | None = None
     position: Position | None = None
+    #: Topic ids to watch while the workload runs (brokers with topic ids: Kafka).
+    incarnations: Identify | None = None

@@ -33,7 +33,7 @@ from consumers.backends.base import (
     ProducerLike,
     Rebalance,
 )
-from consumers.errors import BrokerError
+from consumers.errors import BrokerError, TopicMissing
 from consumers.landing.files import SourceIdentity
 
 #: Defaults the engine relies on; a workload's ``source.config`` may override the tunables.
@@ -101,11 +101,14 @@ def kafka_producer_factory(client_config: Mapping[str, Any]) -> ProducerFactory:
 
 
 def kafka_backend(client_config: Mapping[str, Any], landing: bool) -> Backend:
-    """A workload's Kafka clients, and topic ids when it lands (its lake names files by them)."""
+    """A workload's Kafka clients, and topic ids: watched while it runs, and naming the lake's
+    files when it lands."""
+    identities = kafka_identities(client_config)
     return Backend(
         kafka_consumer_factory(client_config),
         kafka_producer_factory(client_config),
-        identify=kafka_identities(client_config) if landing else None,
+        identify=identities if landing else None,
+        incarnations=identities,
     )
 
 
@@ -209,8 +212,16 @@ def kafka_consumer_factory(config: Mapping[str, Any]) -> ConsumerFactory:
     return lambda on_commit: KafkaConsumer(config, on_commit)
 
 
+#: Errors that mean "no such topic" (by name, by id, or as the client found in metadata).
+_MISSING = frozenset(
+    {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID, KafkaError._UNKNOWN_TOPIC}
+)
+
+
 def kafka_identities(config: Mapping[str, Any]) -> Callable[[list[str]], dict[str, SourceIdentity]]:
-    """Looks up the current incarnation (topic id) of topics, for the lake's file names.
+    """Looks up the current incarnation (topic id) of topics, for the lake's file names and the
+    engine's watch on replaced topics; raises :class:`TopicMissing` for a topic the broker does
+    not have.
 
     A topic deleted and recreated under its name gets a new id, so its offsets (restarting at
     0) never collide with the old incarnation's landed files.
@@ -225,7 +236,10 @@ def kafka_identities(config: Mapping[str, Any]) -> Callable[[list[str]], dict[st
             try:
                 topic_id = str(future.result().topic_id)
             except KafkaException as exc:
-                raise BrokerError(f"describing topic {topic!r} for landing failed: {exc}") from exc
+                error = exc.args[0] if exc.args else None
+                if isinstance(error, KafkaError) and error.code() in _MISSING:
+                    raise TopicMissing(f"topic {topic!r} does not exist on {cluster}") from exc
+                raise BrokerError(f"describing topic {topic!r} failed: {exc}") from exc
             found[topic] = SourceIdentity("kafka", cluster, topic, topic_id)
         return found
 

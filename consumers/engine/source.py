@@ -12,6 +12,10 @@ Backpressure never blocks this thread: full partitions are *paused* and the thre
 polling. Only the hand-off to the loop is bounded (a couple of batches), waited on in short
 slices so commands and callbacks keep flowing.
 
+Topics deleted or recreated under the workload are fenced by an
+:class:`~consumers.engine.incarnations.IncarnationWatch`: their positions are never committed
+again, and the source fails with :class:`~consumers.errors.TopicReplaced`.
+
 Any client that keeps the broker contract (:mod:`consumers.backends.base`) works: Kafka, Pulsar
 and the in-memory broker.
 """
@@ -35,6 +39,7 @@ from consumers.backends.base import (
 )
 from consumers.backends.metadata import decode_done
 from consumers.clock import Clock, RealClock
+from consumers.engine.incarnations import IncarnationWatch
 from consumers.engine.partition import PartitionState
 from consumers.engine.runner import WorkloadRunner
 from consumers.errors import BrokerError, EngineError
@@ -61,8 +66,10 @@ class SourceThread:
         batch_size: int = 5000,
         poll_timeout: float = 0.05,
         clock: Clock | None = None,
+        watch: IncarnationWatch | None = None,
     ) -> None:
         self.name = name
+        self._watch = watch
         self._topics = topics
         self._factory = factory
         self._loop = loop
@@ -142,7 +149,13 @@ class SourceThread:
             )
             now = self._clock.now
             next_watermarks = now()
+            watch = self._watch
+            if watch is not None:
+                watch.start()
             while not self._run_commands(consumer):
+                if watch is not None and watch.replaced and self._intake_open:
+                    self._intake_open = False  # the runner's stop drains what was taken
+                    self._loop.call_soon_threadsafe(_set_exception, self.failed, watch.error())
                 if self._posted - self._ingested >= MAX_HANDOFF_BATCHES:
                     self._handed.wait(self._poll_timeout)
                     self._handed.clear()
@@ -156,6 +169,8 @@ class SourceThread:
                     next_watermarks = now() + WATERMARK_REFRESH_SECONDS
         except BaseException as exc:
             log.exception("workload %s: source thread failed", self.name)
+            if self._watch is not None:
+                self._watch.close()
             self._loop.call_soon_threadsafe(_set_exception, self.failed, exc)
             if consumer is not None:
                 _close_quietly(consumer)
@@ -232,7 +247,10 @@ class SourceThread:
                 if self.assigned:
                     consumer.pause(list(self.assigned))
             elif verb == "close":
+                self._check_topics(arg)
                 self._commit(consumer, arg, asynchronous=False)
+                if self._watch is not None:
+                    self._watch.close()
                 consumer.close()
                 self._closed = True
                 return True
@@ -241,6 +259,9 @@ class SourceThread:
         self, consumer: ConsumerLike, offsets: list[CommitOffset], asynchronous: bool
     ) -> None:
         owned = [offset for offset in offsets if (offset[0], offset[1]) in self.assigned]
+        watch = self._watch
+        if watch is not None and watch.replaced:
+            owned = [offset for offset in owned if not watch.fenced(offset[0])]
         if not owned:
             return
         try:
@@ -294,9 +315,17 @@ class SourceThread:
             "workload %s: assigned %s", self.name, [f"{p.topic}[{p.partition}]" for p in parts]
         )
         assert self._runner is not None
+        if self._watch is not None:
+            self._watch.learn({topic for topic, _ in keys})
         # Blocking work (landing's topic ids and file clean-up) before any record is read.
         self._runner.prepare_assignment(parts)
         self._post(("assign", parts))
+
+    def _check_topics(self, offsets: list[CommitOffset]) -> None:
+        """Before a commit that ends an assignment: ask the broker whether its topics are still
+        the ones assigned (fencing those that are not)."""
+        if self._watch is not None and offsets:
+            self._watch.check({offset[0] for offset in offsets})
 
     def _on_revoke(self, keys: list[PartitionKey]) -> None:
         self._release(keys, commit=True)
@@ -322,6 +351,7 @@ class SourceThread:
             offsets = []
         if commit and offsets:
             assert self._consumer is not None
+            self._check_topics(offsets)
             self._commit(self._consumer, offsets, asynchronous=False)
         for key in keys:
             self.assigned.pop(key, None)

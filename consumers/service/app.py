@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from consumers.backends.base import ConsumerFactory, Identify, Position, ProducerFactory
 from consumers.clock import Clock, RealClock, first_of
+from consumers.engine.incarnations import IncarnationWatch
 from consumers.engine.producer import AckedProducer
 from consumers.engine.runner import WorkloadRunner
 from consumers.engine.settings import RunnerSettings
@@ -51,6 +52,8 @@ class Workload:
     identify: Identify | None = None
     #: Lake positions when the source's offsets are per session (Pulsar).
     position: Position | None = None
+    #: Topic ids to watch while it runs, so a topic replaced under it is fenced (Kafka).
+    incarnations: Identify | None = None
 
 
 @dataclass
@@ -155,6 +158,11 @@ class ConsumerApp:
             # Smaller buffers mean smaller polls, so a pause overshoots by little.
             batch_size=min(5000, workload.settings.buffer_limit),
             clock=self.clock,
+            watch=(
+                IncarnationWatch(name, workload.incarnations)
+                if workload.incarnations is not None
+                else None
+            ),
         )
         settings = workload.settings
         producer = None

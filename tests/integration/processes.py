@@ -43,6 +43,7 @@ def write_spec(
     concurrency: int,
     handler: str = "record",
     extra: str = "",
+    drain_timeout: str = "10s",
 ) -> Path:
     """A spec for ``lanehouse consume`` whose handler is ``tests.integration.recording:<handler>``."""
     path.write_text(
@@ -51,7 +52,7 @@ def write_spec(
 ordering: key
 concurrency: {concurrency}
 commit_interval: 200ms
-drain_timeout: 10s
+drain_timeout: {drain_timeout}
 {extra}"""
     )
     return path

@@ -90,6 +90,15 @@ async def poison(rec: Record) -> None:
     await record(rec)
 
 
+async def hang_from(rec: Record) -> None:
+    """Like :func:`record`, but a record at or above offset ``$LH_HANG_FROM`` (when set) never
+    returns: its partition's position stays there while the intake fills up and pauses."""
+    hang = os.environ.get("LH_HANG_FROM")
+    if hang is not None and rec.offset >= int(hang):
+        await asyncio.Event().wait()
+    await record(rec)
+
+
 async def forward(rec: Record) -> Forward:
     """Like :func:`record`, then forwards ``{"p": partition, "o": offset}`` to the output topic."""
     await record(rec)

@@ -92,6 +92,60 @@ def test_a_topic_deleted_and_recreated_under_a_landing_workload(
     assert verdict.ok, verdict
 
 
+def test_a_topic_recreated_under_a_live_client_is_fenced(
+    kafka_broker: TansuBroker, topic_factory, tmp_path: Path
+) -> None:
+    """The topic is deleted and recreated, and new records written, while the client lives: its
+    partitions are paused (handlers hang from offset 300 on, the buffer is full), so it sends no
+    fetch for the deleted topic (which crashes librdkafka on Tansu). Its positions (300) belong
+    to the old log: committed onto the new topic, they would make the next run skip the new
+    records below them. The engine's watch on topic ids fences the topic, so nothing of the
+    old run reaches the new topic, and stops the workload; the next run reads the new topic
+    whole."""
+    topic = topic_factory(2)
+    produce_sample(kafka_broker.bootstrap, topic, 2_000, KEYS)
+    group = "g-recreated-live"
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        kafka_broker,
+        topic,
+        group,
+        1_000,  # more than can hang before the buffer pauses: none of offsets 0-299 waits
+        handler="hang_from",
+        extra="max_buffered: 100\n",
+        drain_timeout="1s",
+    )
+    before = tmp_path / "before.txt"
+    proc = start_consumer(spec, before, 0.0, env={"LH_HANG_FROM": "300"})
+
+    def committed() -> dict[int, int]:
+        return committed_offsets(kafka_broker.bootstrap, group, topic, 2)
+
+    wait_until(lambda: committed() == {0: 300, 1: 300}, timeout=60, message="pinned at 300")
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    admin.delete_topics([topic])[topic].result(timeout=30)
+    create_topic(kafka_broker.bootstrap, topic, 2)
+    produce_sample(kafka_broker.bootstrap, topic, 2_000, KEYS, key_prefix="n")
+    records = produced(kafka_broker, topic, 2)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("the workload ran on after its topic was replaced") from None
+    log = out.decode(errors="replace")
+    assert proc.returncode not in (0, -11), f"exit {proc.returncode}:\n{log[-3000:]}"
+    assert f"topic '{topic}' was recreated" in log, log[-3000:]
+    assert committed() == {0: -1001, 1: -1001}, "the old run committed onto the new topic"
+
+    after = tmp_path / "after.txt"
+    with CommitSampler(kafka_broker.bootstrap, group, topic, 2) as sampler:
+        finish(start_consumer(spec, after, 0.0, "--until-idle", "2"))
+        ends = log_end_offsets(kafka_broker.bootstrap, topic, 2)
+        verdict = verify(records, [after], sampler, committed(), ends)
+    print(verdict.line("topic recreated under a live client: fenced, then a new run"))
+    assert verdict.ok, verdict
+
+
 def _key(row: dict[str, object]) -> str:
     key = row["_key"]
     assert isinstance(key, bytes), row
