@@ -148,7 +148,8 @@ class HandlerCaller:
             self.fail(first, error)  # counted now, even while an abandoned thread runs on
             if call is not None and self._pool is not None:
                 worker.record = None
-                await self._pool.abandon(call)
+                # A thread gets as long again to return; a worker process is killed at once.
+                await self._pool.abandon(call, partial(self._clock.sleep, self._timeout))
             return None, error
         except Exception as exc:
             if worker.timed_out:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import pickle
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Protocol
 
 #: Called with a Record (single mode) or a list of them (batch and unique modes).
@@ -46,7 +46,9 @@ class CallPool(Protocol):
 
     def submit(self, subject: Any) -> PendingCall: ...
 
-    async def abandon(self, call: Any) -> None: ...
+    async def abandon(self, call: Any, grace: Callable[[], Awaitable[object]]) -> None:
+        """A call timed out: end it, or wait for it at most until ``grace()`` finishes."""
+        ...
 
     def close(self) -> None: ...
 

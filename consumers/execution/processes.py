@@ -37,7 +37,7 @@ import socket
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from consumers.errors import LanehouseError
@@ -268,8 +268,9 @@ class ProcessExecutor:
         self._dispatch()
         return call
 
-    async def abandon(self, call: ProcessCall) -> None:
-        """A call timed out: kill its worker if that worker is running it now."""
+    async def abandon(self, call: ProcessCall, grace: Callable[[], Awaitable[object]]) -> None:
+        """A call timed out: kill its worker if that worker is running it now (at once: a
+        process can be stopped, so no ``grace``)."""
         worker = call.worker
         if worker is None:  # still queued here: it will be skipped
             return

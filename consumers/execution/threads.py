@@ -12,7 +12,12 @@ threads, so a handler stuck past the drain deadline cannot keep the process from
 
 A timed-out call cannot be stopped: :meth:`ThreadExecutor.abandon` waits for its thread to
 return, and the caller keeps the record's permit meanwhile, so abandoned threads never push a
-workload past its concurrency.
+workload past its concurrency. It waits as long again as the timeout at most: a thread still
+running then is *stuck* (a handler that never returns would otherwise pin its record, its key
+and its partition's commits forever). The record's failure is then settled without it (retried,
+dead-lettered), the stuck thread no longer counts among the pool's threads, so a new one may
+start in its place, and it stays counted in ``abandoned`` until it returns. Its late effects are
+out of order; ``executor: process`` kills a worker instead.
 """
 
 from __future__ import annotations
@@ -21,10 +26,11 @@ import asyncio
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from queue import SimpleQueue
 from typing import Any
 
+from consumers.clock import first_of
 from consumers.execution.executors import Handler
 
 
@@ -66,12 +72,15 @@ class ThreadExecutor:
         self._threads: list[threading.Thread] = []
         self._in_flight = 0
         self._closed = False
+        #: Threads running a call whose caller stopped waiting for it.
+        self._stuck = 0
         self.abandoned = 0
 
     def submit(self, subject: Any) -> ThreadCall:
         call = ThreadCall(subject, self._loop.create_future())
         self._in_flight += 1
-        if self._in_flight > len(self._threads) and len(self._threads) < self._max:
+        live = len(self._threads) - self._stuck
+        if self._in_flight - self._stuck > live and live < self._max:
             thread = threading.Thread(
                 target=self._serve, name=f"{self._name}-{len(self._threads)}", daemon=True
             )
@@ -80,16 +89,26 @@ class ThreadExecutor:
         self._queue.put(call)
         return call
 
-    async def abandon(self, call: ThreadCall) -> None:
-        """Wait, without a result, for a timed-out call's thread to return."""
+    async def abandon(self, call: ThreadCall, grace: Callable[[], Awaitable[object]]) -> None:
+        """Wait, without a result, for a timed-out call's thread to return, or until ``grace()``
+        finishes: then the thread is stuck (see the module doc) and counted until it returns."""
         self.abandoned += 1
-        call.future = self._loop.create_future()
-        try:
-            await call.future
-        except Exception:
-            pass
-        finally:
+        waiting = call.future = self._loop.create_future()
+        await first_of(waiting, grace())
+        if waiting.done():
             self.abandoned -= 1
+            if not waiting.cancelled():
+                waiting.exception()  # retrieved: the handler's late error is nobody's concern
+            return
+        self._stuck += 1
+        waiting.add_done_callback(self._returned)
+
+    def _returned(self, waiting: asyncio.Future[Any]) -> None:
+        """A stuck thread's handler returned: the thread serves the pool again."""
+        self._stuck -= 1
+        self.abandoned -= 1
+        if not waiting.cancelled():
+            waiting.exception()
 
     def close(self) -> None:
         """Let idle threads end; a thread still in a handler ends when the handler returns."""

@@ -99,6 +99,37 @@ async def hang_from(rec: Record) -> None:
     await record(rec)
 
 
+def _bad(rec: Record) -> str | None:
+    """``poison`` for key ``k0``'s first record (it always fails), ``hang`` for ``k1``'s (it
+    never returns), else None."""
+    value = rec.json()
+    if value["seq"] == 0 and value["key"] in ("k0", "k1"):
+        return "poison" if value["key"] == "k0" else "hang"
+    return None
+
+
+async def poison_or_hang(rec: Record) -> None:
+    """Like :func:`record`, but a poison record (:func:`_bad`) raises and a hanging one awaits
+    forever: the workload's timeout, retries and dead letter must settle both."""
+    bad = _bad(rec)
+    if bad == "poison":
+        raise RuntimeError("poison pill")
+    if bad == "hang":
+        await asyncio.Event().wait()
+    await record(rec)
+
+
+def poison_or_hang_sync(rec: Record) -> None:
+    """A plain ``def`` :func:`poison_or_hang`: the hanging record sleeps an hour (its thread is
+    abandoned, or its worker process replaced, after the timeout)."""
+    bad = _bad(rec)
+    if bad == "poison":
+        raise RuntimeError("poison pill")
+    if bad == "hang":
+        time.sleep(3600)
+    record_sync(rec)
+
+
 async def forward(rec: Record) -> Forward:
     """Like :func:`record`, then forwards ``{"p": partition, "o": offset}`` to the output topic."""
     await record(rec)

@@ -783,6 +783,38 @@ async def test_a_timed_out_sync_handler_is_abandoned_but_keeps_its_permit(
     assert await h.finish() == [(TOPIC, 0, 0, "")]
 
 
+async def test_a_sync_handler_that_never_returns_is_left_stuck_and_its_record_settled(
+    make: Callable[..., Harness],
+) -> None:
+    # One permit: before the fix, the record waited for its thread forever, holding the permit,
+    # so nothing after it ever ran and the partition's commits stayed pinned.
+    unblock = threading.Event()
+
+    def handler(rec: Record) -> None:
+        if rec.offset == 0:
+            unblock.wait(30.0)  # "never", within this test
+
+    h = make(
+        handler, ordering="none", timeout=1.0, retry=RetryPolicy(max_attempts=1), concurrency=1
+    )
+    try:
+        h.ingest([Msg(0, 0, None), Msg(0, 1, None)])
+        await advance_until(h.clock, lambda: h.runner.counters.timeouts == 1, step=0.125, limit=1.5)
+        assert h.runner.permits_held == 1, "the timeout alone keeps waiting for the thread"
+        # As long again as the timeout: the thread is stuck, the record settles without it.
+        await advance_until(
+            h.clock, lambda: h.runner.counters.completed == 1, step=0.125, limit=1.5
+        )
+        assert h.runner.counters.failed == 1
+        assert h.runner.abandoned_threads == 1, "the stuck thread is still counted"
+        assert h.runner.permits_held == 0
+    finally:
+        unblock.set()
+    await until(lambda: h.runner.abandoned_threads == 0)
+    assert h.runner.counters.completed == 1  # the late return never completes offset 0
+    await h.finish()
+
+
 async def test_a_failing_sync_handler_leaves_its_record_uncommitted(
     make: Callable[..., Harness],
 ) -> None:
