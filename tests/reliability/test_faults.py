@@ -34,7 +34,7 @@ pytestmark = pytest.mark.reliability
 
 PARTITIONS = 4
 KEYS = 200
-KILLS = 20 if SOAK else 4
+KILLS = 20 if SOAK else 3
 #: On a consumer's PYTHONPATH: every fsync of that process takes $LH_SLOW_FSYNC s longer.
 SLOW_DISK = Path(__file__).parent / "slow_disk"
 
