@@ -53,7 +53,8 @@ class IncarnationWatch:
 
     def learn(self, topics: Iterable[str]) -> None:
         """Remember the current ids of newly assigned ``topics`` (blocking: a broker call)."""
-        wanted = sorted(set(topics) - set(self._ids) - set(self.replaced))
+        with self._lock:
+            wanted = sorted(set(topics) - set(self._ids) - set(self.replaced))
         if not wanted:
             return
         try:

@@ -139,6 +139,7 @@ def workload_from_spec(spec: WorkloadSpec, lake: Path | None = None) -> Workload
         interceptors=tuple(load_interceptor(import_callable(path)) for path in spec.interceptors),
         identify=backend.identify,
         position=backend.position,
+        incarnations=backend.incarnations,
     )
 
 

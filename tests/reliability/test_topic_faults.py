@@ -116,7 +116,7 @@ def test_a_topic_recreated_under_a_live_client_is_fenced(
         drain_timeout="1s",
     )
     before = tmp_path / "before.txt"
-    proc = start_consumer(spec, before, 0.0, env={"LH_HANG_FROM": "300"})
+    proc = start_consumer(spec, before, 0.0, "--log-level", "INFO", env={"LH_HANG_FROM": "300"})
 
     def committed() -> dict[int, int]:
         return committed_offsets(kafka_broker.bootstrap, group, topic, 2)
@@ -131,7 +131,10 @@ def test_a_topic_recreated_under_a_live_client_is_fenced(
         out, _ = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         proc.kill()
-        raise AssertionError("the workload ran on after its topic was replaced") from None
+        out, _ = proc.communicate(timeout=30)
+        lines_ = [x for x in out.decode(errors="replace").splitlines() if "handler failed" not in x]
+        tail = "\n".join(lines_[-40:])
+        raise AssertionError(f"the workload ran on after its topic was replaced:\n{tail}") from None
     log = out.decode(errors="replace")
     assert proc.returncode not in (0, -11), f"exit {proc.returncode}:\n{log[-3000:]}"
     assert f"topic '{topic}' was recreated" in log, log[-3000:]
