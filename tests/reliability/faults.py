@@ -11,7 +11,8 @@ from pathlib import Path
 from consumers.backends.kafka import committed_offsets, log_end_offsets
 from consumers.dev.embedded.tansu import TansuBroker
 from tests.backends import TansuBackend
-from tests.integration.processes import finish, start_consumer
+from tests.helpers import wait_until
+from tests.integration.processes import finish, lines, start_consumer
 from tests.reliability.verifier import CommitSampler, Verdict, verify
 
 #: The long variant (``LH_SOAK=1 make test PYTEST_ARGS=tests/reliability``): more records, more
@@ -47,6 +48,20 @@ def produced(broker: TansuBroker, topic: str, partitions: int) -> set[tuple[str,
         for stored in part
         if stored.value is not None and (value := json.loads(stored.value))
     }
+
+
+def kill_after(spec: Path, run: Path, delay: float, target: int) -> None:
+    """A consumer run of ``spec`` that handles ``target`` records (``run`` records them), then
+    ``kill -9``: no drain, no final commit or acknowledgement."""
+    proc = start_consumer(spec, run, delay)
+    wait_until(
+        lambda: lines(run) >= target or proc.poll() is not None,
+        timeout=120,
+        message=f"{run.name} handled {target} records",
+    )
+    assert proc.poll() is None, "the consumer exited before it was killed"
+    proc.kill()
+    proc.wait(timeout=30)
 
 
 def finish_and_verify(

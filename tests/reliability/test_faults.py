@@ -26,6 +26,7 @@ from tests.reliability.faults import (
     EXECUTORS,
     SOAK,
     finish_and_verify,
+    kill_after,
     produced,
 )
 from tests.reliability.verifier import CommitSampler
@@ -65,18 +66,7 @@ def test_kill_9_at_random_instants_loses_nothing(
         for i in range(KILLS):
             run = tmp_path / f"run{i}.txt"
             runs.append(run)
-            proc = start_consumer(spec, run, how.delay)
-            target = rng.randint(0, how.records // 5)
-            wait_until(
-                lambda run=run, target=target, proc=proc: (  # type: ignore[misc]
-                    lines(run) >= target or proc.poll() is not None
-                ),
-                timeout=120,
-                message=f"run {i} handled {target} records",
-            )
-            assert proc.poll() is None, "the consumer exited before it was killed"
-            proc.kill()  # SIGKILL: no drain, no final commit
-            proc.wait(timeout=30)
+            kill_after(spec, run, how.delay, rng.randint(0, how.records // 5))
         verdict = finish_and_verify(
             kafka_broker, spec, topic, group, PARTITIONS, runs, sampler, records
         )

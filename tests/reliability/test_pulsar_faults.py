@@ -16,9 +16,8 @@ import pytest
 
 from consumers.dev.embedded.pulsar import start_pulsar_lite
 from tests.backends import PulsarBackend, keyed_stream
-from tests.helpers import wait_until
-from tests.integration.processes import finish, lines, start_consumer, write_spec
-from tests.reliability.faults import SOAK
+from tests.integration.processes import finish, start_consumer, write_spec
+from tests.reliability.faults import SOAK, kill_after
 from tests.reliability.verifier import Positions, verify
 
 pytestmark = pytest.mark.reliability
@@ -50,18 +49,7 @@ def test_kill_9_and_broker_restarts_on_pulsar_lose_nothing(tmp_path: Path) -> No
         for i in range(KILLS):
             run = tmp_path / f"run{i}.txt"
             runs.append(run)
-            proc = start_consumer(spec, run, 0.005)
-            target = rng.randint(0, count // 5)
-            wait_until(
-                lambda run=run, target=target, proc=proc: (  # type: ignore[misc]
-                    lines(run) >= target or proc.poll() is not None
-                ),
-                timeout=120,
-                message=f"run {i} handled {target} records",
-            )
-            assert proc.poll() is None, "the consumer exited before it was killed"
-            proc.kill()  # SIGKILL: no drain, no final acknowledgements
-            proc.wait(timeout=30)
+            kill_after(spec, run, 0.005, rng.randint(0, count // 5))
             backend.broker.stop()
             backend.broker = start_pulsar_lite(port=backend.broker.port, data_dir=data)
             positions.add(backend.committed(group, topic, 1))
