@@ -9,6 +9,7 @@ pays one Python call per batch for the adapter, not one per record.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -228,9 +229,13 @@ def kafka_identities(config: Mapping[str, Any]) -> Callable[[list[str]], dict[st
     """
     cluster = str(config["bootstrap.servers"])
 
+    @functools.cache
+    def admin() -> AdminClient:
+        """One client for every lookup (the watch asks every few seconds); it is thread-safe."""
+        return AdminClient(producer_properties(config))
+
     def identify(topics: list[str]) -> dict[str, SourceIdentity]:
-        admin = AdminClient(producer_properties(config))
-        futures = admin.describe_topics(TopicCollection(topics), request_timeout=10)
+        futures = admin().describe_topics(TopicCollection(topics), request_timeout=10)
         found = {}
         for topic, future in futures.items():
             try:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from consumers.backends.kafka import committed_offsets, log_end_offsets
 from consumers.dev.embedded.tansu import TansuBroker
+from consumers.dev.sample import produce_sample
 from tests.backends import TansuBackend
 from tests.helpers import wait_until
 from tests.integration.processes import finish, lines, start_consumer
@@ -62,6 +63,15 @@ def kill_after(spec: Path, run: Path, delay: float, target: int) -> None:
     assert proc.poll() is None, "the consumer exited before it was killed"
     proc.kill()
     proc.wait(timeout=30)
+
+
+def fill(
+    broker: TansuBroker, topic: str, count: int, keys: int, partitions: int, key_prefix: str = "k"
+) -> set[tuple[str, int]]:
+    """Write ``count`` records over ``keys`` keys to ``topic``; the ``(key, seq)`` of every
+    record it then holds, read back (:func:`produced`)."""
+    produce_sample(broker.bootstrap, topic, count, keys, key_prefix=key_prefix)
+    return produced(broker, topic, partitions)
 
 
 def finish_and_verify(

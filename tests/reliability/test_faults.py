@@ -18,16 +18,15 @@ import pytest
 
 from consumers.backends.kafka import committed_offsets, log_end_offsets
 from consumers.dev.embedded.tansu import TansuBroker
-from consumers.dev.sample import produce_sample
 from tests.helpers import wait_until
 from tests.integration.processes import lines, start_consumer, write_spec
 from tests.landing import landed
 from tests.reliability.faults import (
     EXECUTORS,
     SOAK,
+    fill,
     finish_and_verify,
     kill_after,
-    produced,
 )
 from tests.reliability.verifier import CommitSampler
 
@@ -48,8 +47,7 @@ def test_kill_9_at_random_instants_loses_nothing(
     (from none: mid group join, to a fifth of the topic), then one run to idleness."""
     how = EXECUTORS[executor]
     topic = topic_factory(PARTITIONS)
-    produce_sample(kafka_broker.bootstrap, topic, how.records, KEYS)
-    records = produced(kafka_broker, topic, PARTITIONS)
+    records = fill(kafka_broker, topic, how.records, KEYS, PARTITIONS)
     group = f"g-kill-{executor}"
     spec = write_spec(
         tmp_path / "spec.yaml",
@@ -82,8 +80,7 @@ def test_a_frozen_broker_stalls_and_then_resumes_without_loss(
     freeze = 30.0 if SOAK else 6.0
     how = EXECUTORS["async"]
     topic = topic_factory(PARTITIONS)
-    produce_sample(kafka_broker.bootstrap, topic, how.records, KEYS)
-    records = produced(kafka_broker, topic, PARTITIONS)
+    records = fill(kafka_broker, topic, how.records, KEYS, PARTITIONS)
     group = "g-freeze"
     spec = write_spec(tmp_path / "spec.yaml", kafka_broker, topic, group, concurrency=50)
     run = tmp_path / "run.txt"
@@ -117,8 +114,7 @@ def test_a_slow_disk_under_landing_loses_and_duplicates_nothing(
     one more run to idleness the lake holds every offset of the topic exactly once."""
     how = EXECUTORS["async"]
     topic = topic_factory(PARTITIONS)
-    produce_sample(kafka_broker.bootstrap, topic, how.records, KEYS)
-    records = produced(kafka_broker, topic, PARTITIONS)
+    records = fill(kafka_broker, topic, how.records, KEYS, PARTITIONS)
     group, lake = "g-slow-disk", tmp_path / "lake"
     landing = "landing: {dataset: events, flush_rows: 500, flush_interval: 200ms}\n"
     spec = write_spec(tmp_path / "spec.yaml", kafka_broker, topic, group, 50, extra=landing)
@@ -182,8 +178,7 @@ def test_a_rebalance_storm_loses_nothing(
     storm = 120.0 if SOAK else 24.0
     records_count = 100_000 if SOAK else 30_000
     topic = topic_factory(PARTITIONS)
-    produce_sample(kafka_broker.bootstrap, topic, records_count, KEYS)
-    records = produced(kafka_broker, topic, PARTITIONS)
+    records = fill(kafka_broker, topic, records_count, KEYS, PARTITIONS)
     group = "g-storm"
     spec = write_spec(tmp_path / "spec.yaml", kafka_broker, topic, group, concurrency=50)
     rng = random.Random(f"storm-{os.environ.get('LH_SEED', '0')}")

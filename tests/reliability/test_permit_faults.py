@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 
 from consumers.dev.embedded.tansu import TansuBroker
-from consumers.dev.sample import produce_sample
 from tests.helpers import wait_until
 from tests.integration.processes import lines, start_consumer, write_spec
 from tests.permit_outage import PermitDb, outage
-from tests.reliability.faults import SOAK, finish_and_verify, produced
+from tests.reliability.faults import SOAK, fill, finish_and_verify
 from tests.reliability.verifier import CommitSampler
 
 pytestmark = pytest.mark.reliability
@@ -40,8 +39,7 @@ def test_the_permit_database_lost_past_a_lease_then_a_kill_loses_nothing(
     env = {"LANEHOUSE_CONFIG": str(config)}
     count = 100_000 if SOAK else 20_000
     topic = topic_factory(PARTITIONS)
-    produce_sample(kafka_broker.bootstrap, topic, count, KEYS)
-    records = produced(kafka_broker, topic, PARTITIONS)
+    records = fill(kafka_broker, topic, count, KEYS, PARTITIONS)
     group = f"g-permits-{backend}"
     spec = write_spec(
         tmp_path / "spec.yaml",

@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 
 from consumers.dev.embedded.tansu import TansuBroker
-from consumers.dev.sample import produce_sample
 from tests.backends import TansuBackend
 from tests.helpers import wait_until
 from tests.integration.processes import lines, start_consumer, write_spec
-from tests.reliability.faults import finish_and_verify, produced
+from tests.reliability.faults import fill, finish_and_verify
 from tests.reliability.verifier import CommitSampler
 
 pytestmark = pytest.mark.reliability
@@ -44,8 +43,7 @@ def test_poison_and_hangs_settle_and_a_clean_stop_keeps_its_deadline(
     while records flow stops the process within the drain deadline; nothing else is lost."""
     handler, how, delay = EXECUTORS[executor]
     topic, dlq = topic_factory(PARTITIONS), topic_factory(1)
-    produce_sample(kafka_broker.bootstrap, topic, RECORDS, KEYS)
-    records = produced(kafka_broker, topic, PARTITIONS)
+    records = fill(kafka_broker, topic, RECORDS, KEYS, PARTITIONS)
     group = f"g-poison-{executor}"
     outcomes = (
         "timeout: 500ms\n"

@@ -17,7 +17,7 @@ from consumers.dev.sample import produce_sample
 from tests.helpers import wait_until
 from tests.integration.processes import finish, lines, start_consumer, write_spec
 from tests.landing import landed
-from tests.reliability.faults import SOAK, produced
+from tests.reliability.faults import SOAK, fill
 from tests.reliability.verifier import CommitSampler, verify
 
 pytestmark = pytest.mark.reliability
@@ -62,8 +62,7 @@ def test_a_topic_deleted_and_recreated_under_a_landing_workload(
     assert handled_before < count, "every record was handled before the delete"
 
     create_topic(kafka_broker.bootstrap, topic, PARTITIONS, exist_ok=True)
-    produce_sample(kafka_broker.bootstrap, topic, count, KEYS, key_prefix="n")
-    records = produced(kafka_broker, topic, PARTITIONS)
+    records = fill(kafka_broker, topic, count, KEYS, PARTITIONS, key_prefix="n")
     after = tmp_path / "after.txt"
     with CommitSampler(kafka_broker.bootstrap, group, topic, PARTITIONS) as sampler:
         command = ("--until-idle", "2", "--log-level", "INFO")
@@ -125,8 +124,7 @@ def test_a_topic_recreated_under_a_live_client_is_fenced(
     admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
     admin.delete_topics([topic])[topic].result(timeout=30)
     create_topic(kafka_broker.bootstrap, topic, 2)
-    produce_sample(kafka_broker.bootstrap, topic, 2_000, KEYS, key_prefix="n")
-    records = produced(kafka_broker, topic, 2)
+    records = fill(kafka_broker, topic, 2_000, KEYS, 2, key_prefix="n")
     try:
         out, _ = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
