@@ -126,8 +126,16 @@ class ConsumerLike(Protocol):
         """The group's positions; offset :data:`NO_OFFSET` where nothing is committed."""
         ...
 
-    def pause(self, parts: list[PartitionKey]) -> None: ...
+    def pause(self, parts: list[PartitionKey]) -> None:
+        """Stop fetching ``parts``. Like librdkafka, a client may keep the flag across a revoke
+        and the next assignment of the same partition: the engine resumes on assignment."""
+        ...
+
     def resume(self, parts: list[PartitionKey]) -> None: ...
+
+    def seek(self, part: PartitionKey, offset: int) -> None:
+        """Deliver ``part`` from ``offset`` next (an assigned partition the client fetches)."""
+        ...
 
     def high_watermark(self, part: PartitionKey) -> int:
         """The partition's end as the client last saw it (no broker round trip); -1 unknown."""

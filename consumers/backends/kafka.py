@@ -169,6 +169,12 @@ class KafkaConsumer:
     def resume(self, parts: list[PartitionKey]) -> None:
         self._call(self._client.resume, parts)
 
+    def seek(self, part: PartitionKey, offset: int) -> None:
+        try:
+            self._client.seek(TopicPartition(part[0], part[1], offset))
+        except KafkaException as exc:
+            raise BrokerError(f"seek of {part[0]}[{part[1]}] to {offset} failed: {exc}") from exc
+
     def high_watermark(self, part: PartitionKey) -> int:
         try:
             _, high = self._client.get_watermark_offsets(TopicPartition(*part), cached=True)

@@ -226,7 +226,7 @@ class MemoryConsumer:
                 return  # wait until every member has revoked
             mine = self._range_assignment(group)
             self._assignment = mine
-            self._paused.clear()
+            # Like librdkafka, paused flags outlive a revoke and the next assignment.
             for tp in mine:
                 self._positions[tp] = max(group.committed.get(tp, (0, ""))[0], 0)
         self._call("on_assign", mine)
@@ -275,6 +275,13 @@ class MemoryConsumer:
     def resume(self, parts: list[PartitionKey]) -> None:
         with self._broker._lock:
             self._paused.difference_update(parts)
+            self._broker._lock.notify_all()
+
+    def seek(self, part: PartitionKey, offset: int) -> None:
+        with self._broker._lock:
+            if part not in (self._assignment or []):
+                raise BrokerError(f"seek of {part[0]}[{part[1]}]: not assigned")
+            self._positions[part] = offset
             self._broker._lock.notify_all()
 
     def assignment(self) -> list[PartitionKey]:

@@ -107,6 +107,8 @@ class WorkloadSpec(FrozenModel):
     max_buffered: int | None = Field(default=None, ge=1)
     commit_interval: Duration = Field(default=1.0, gt=0)
     drain_timeout: Duration = Field(default=30.0, ge=0)
+    #: A partition with records behind it that delivers nothing this long is recovered.
+    stall_after: Duration = Field(default=30.0, gt=0)
     mode: Literal["single", "batch", "unique"] = "single"
     batch: BatchSpec = BatchSpec()
     retries: RetrySpec = RetrySpec()
@@ -258,6 +260,9 @@ def spec_hash(spec: WorkloadSpec) -> str:
     # Left out while unset, so a spec naming no cluster keeps the hash it had before clusters.
     if not data["clusters"]:
         del data["clusters"]
+    for field, unset in _LATER_FIELDS:
+        if data[field] == unset:
+            del data[field]
     for section, field, unset in _CLUSTER_FIELDS:
         if data[section] is not None and data[section][field] == unset:
             del data[section][field]
@@ -266,6 +271,9 @@ def spec_hash(spec: WorkloadSpec) -> str:
     )
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
+
+#: Settings added after specs were first hashed, left out at their default for the same reason.
+_LATER_FIELDS: tuple[tuple[str, object], ...] = (("stall_after", 30.0),)
 
 _CLUSTER_FIELDS: tuple[tuple[str, str, object], ...] = (
     ("source", "cluster", None),

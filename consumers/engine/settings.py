@@ -25,6 +25,8 @@ class RunnerSettings:
     commit_interval: float = 1.0
     commit_every: int = 10_000
     drain_timeout: float = 30.0
+    #: Seconds a partition with records behind it may deliver nothing before it is recovered.
+    stall_after: float = 30.0
     mode: Literal["single", "batch", "unique"] = "single"
     batch_size: int = 500
     batch_max_wait: float = 2.0

@@ -40,6 +40,7 @@ from consumers.backends.base import (
 from consumers.backends.metadata import decode_done
 from consumers.clock import Clock, RealClock
 from consumers.engine.incarnations import IncarnationWatch
+from consumers.engine.liveness import DEFAULT_STALL_AFTER, StallWatch
 from consumers.engine.partition import PartitionState
 from consumers.engine.runner import WorkloadRunner
 from consumers.errors import BrokerError, EngineError
@@ -67,6 +68,7 @@ class SourceThread:
         poll_timeout: float = 0.05,
         clock: Clock | None = None,
         watch: IncarnationWatch | None = None,
+        stall_after: float = DEFAULT_STALL_AFTER,
     ) -> None:
         self.name = name
         self._watch = watch
@@ -90,6 +92,10 @@ class SourceThread:
         self._consumer: ConsumerLike | None = None
         #: Client positions last posted to the runner.
         self._positions: dict[PartitionKey, int] = {}
+        #: Partitions this thread paused at the client (it alone pauses and resumes them).
+        self._client_paused: set[PartitionKey] = set()
+        #: Partitions with records behind them that deliver nothing (read for reports).
+        self.stalls = StallWatch(stall_after)
         self._thread = threading.Thread(target=self._run, name=f"lh-source-{name}", daemon=True)
         self.assigned: dict[PartitionKey, PartitionState] = {}
         self.failed: asyncio.Future[None] = loop.create_future()
@@ -165,7 +171,8 @@ class SourceThread:
                     self._posted += 1
                     self._post(("batch", messages))
                 if now() >= next_watermarks:
-                    self._refresh_watermarks(consumer)
+                    held = self._posted - self._ingested >= MAX_HANDOFF_BATCHES
+                    self._refresh_watermarks(consumer, held)
                     next_watermarks = now() + WATERMARK_REFRESH_SECONDS
         except BaseException as exc:
             log.exception("workload %s: source thread failed", self.name)
@@ -239,13 +246,10 @@ class SourceThread:
             elif verb in ("pause", "resume"):
                 keys = [key for key in arg if key in self.assigned]
                 if keys:
-                    try:
-                        getattr(consumer, verb)(keys)
-                    except BrokerError as exc:
-                        log.warning("workload %s: %s failed: %s", self.name, verb, exc)
+                    self._pause_or_resume(consumer, verb, keys)
             elif verb == "pause_all":
                 if self.assigned:
-                    consumer.pause(list(self.assigned))
+                    self._pause_or_resume(consumer, "pause", list(self.assigned))
             elif verb == "close":
                 self._check_topics(arg)
                 self._commit(consumer, arg, asynchronous=False)
@@ -254,6 +258,19 @@ class SourceThread:
                 consumer.close()
                 self._closed = True
                 return True
+
+    def _pause_or_resume(self, consumer: ConsumerLike, verb: str, keys: list[PartitionKey]) -> None:
+        """Pause or resume ``keys`` at the client and remember it: librdkafka keeps a paused
+        flag across revokes and new assignments, so the client's state must be known here."""
+        try:
+            getattr(consumer, verb)(keys)
+        except BrokerError as exc:
+            log.warning("workload %s: %s failed: %s", self.name, verb, exc)
+            return
+        if verb == "pause":
+            self._client_paused.update(keys)
+        else:
+            self._client_paused.difference_update(keys)
 
     def _commit(
         self, consumer: ConsumerLike, offsets: list[CommitOffset], asynchronous: bool
@@ -281,19 +298,51 @@ class SourceThread:
         else:
             self.commits += 1
 
-    def _refresh_watermarks(self, consumer: ConsumerLike) -> None:
+    def _refresh_watermarks(self, consumer: ConsumerLike, held: bool) -> None:
         """Each partition's end, and the client's positions: posted behind the batches already
-        posted, so the runner sees a position only once it has every record below it."""
+        posted, so the runner sees a position only once it has every record below it. Then
+        the liveness watch (``held``: the loop cannot take a batch now, not a stall)."""
         for key, part in list(self.assigned.items()):
             high = consumer.high_watermark(key)
             if high >= 0:
                 part.high_watermark = high
-        if self.assigned and self._intake_open:
-            positions = consumer.positions(list(self.assigned))
-            moved = {k: v for k, v in positions.items() if self._positions.get(k) != v}
-            if moved:
-                self._positions.update(moved)
-                self._post(("positions", moved))
+        if not (self.assigned and self._intake_open):
+            return
+        positions = consumer.positions(list(self.assigned))
+        moved = {k: v for k, v in positions.items() if self._positions.get(k) != v}
+        if moved:
+            self._positions.update(moved)
+            self._post(("positions", moved))
+        now = self._clock.now()
+        for key, part in list(self.assigned.items()):
+            position = positions.get(key, part.committed)
+            paused = held or key in self._client_paused
+            if self.stalls.observe(key, position, part.high_watermark, paused, now):
+                self._recover(consumer, key, position, part.high_watermark)
+
+    def _recover(
+        self, consumer: ConsumerLike, key: PartitionKey, position: int | None, end: int | None
+    ) -> None:
+        """A partition with records behind it delivered nothing for the stall bound: resume it
+        at the client and read again from its position."""
+        log.warning(
+            "workload %s: %s[%d] delivered nothing for %.0fs with records behind position %s "
+            "(end %s) and not paused by the engine; resuming it and seeking to %s (recovery %d)",
+            self.name,
+            key[0],
+            key[1],
+            self.stalls.after,
+            position,
+            end,
+            position,
+            self.stalls.recoveries,
+        )
+        try:
+            consumer.resume([key])
+            if position is not None:
+                consumer.seek(key, position)
+        except BrokerError as exc:
+            log.warning("workload %s: recovering %s[%d] failed: %s", self.name, *key, exc)
 
     # ------------------------------------------------------------ rebalance callbacks
 
@@ -311,6 +360,9 @@ class SourceThread:
             part = PartitionState(topic, partition, skip, offset if offset >= 0 else None)
             self.assigned[(topic, partition)] = part
             parts.append(part)
+        # librdkafka keeps a partition's paused flag across a revoke or loss and the next
+        # assignment; the new state starts unpaused, so must the client.
+        self._pause_or_resume(self._consumer, "resume", keys)
         log.info(
             "workload %s: assigned %s", self.name, [f"{p.topic}[{p.partition}]" for p in parts]
         )
@@ -337,9 +389,7 @@ class SourceThread:
         log.info("workload %s: revoking %s (commit=%s)", self.name, keys, commit)
         if self._shutting_down or not keys:
             # Shutdown already drained and committed everything before close().
-            for key in keys:
-                self.assigned.pop(key, None)
-                self._positions.pop(key, None)
+            self._forget(keys)
             return
         assert self._runner is not None
         future: concurrent.futures.Future[list[CommitOffset]] = concurrent.futures.Future()
@@ -353,10 +403,15 @@ class SourceThread:
             assert self._consumer is not None
             self._check_topics(offsets)
             self._commit(self._consumer, offsets, asynchronous=False)
+        self._forget(keys)
+
+    def _forget(self, keys: list[PartitionKey]) -> None:
+        """A later assignment is new state: its first position must be posted again, and its
+        stall clock starts afresh."""
         for key in keys:
             self.assigned.pop(key, None)
-            # A later assignment is new state: its first position must be posted again.
             self._positions.pop(key, None)
+            self.stalls.forget(key)
 
 
 def _chain(task: asyncio.Future[Any], result: concurrent.futures.Future[Any]) -> None:

@@ -155,6 +155,7 @@ class ConsumerApp:
             workload.consumer_factory,
             loop,
             drain_timeout=workload.settings.drain_timeout,
+            stall_after=workload.settings.stall_after,
             # Smaller buffers mean smaller polls, so a pause overshoots by little.
             batch_size=min(5000, workload.settings.buffer_limit),
             clock=self.clock,
@@ -192,13 +193,15 @@ class ConsumerApp:
 
     async def _until_idle(self, idle: float) -> None:
         """Return once every workload is assigned, has nothing to do, and got no record for
-        ``idle`` seconds (a paused partition or a running handler is not idleness)."""
+        ``idle`` seconds (a paused partition, a running handler or records known to wait
+        behind a partition's position is not idleness)."""
         tick = min(idle / 4, 0.25)
         busy_seen = self.clock.now()
         while True:
             await self.clock.sleep(tick)
             runners = self.runners.values()
-            if not all(r.parts for r in runners) or any(r.busy for r in runners):
+            behind = any(s.stalls.behind for s in self.sources.values())
+            if not all(r.parts for r in runners) or any(r.busy for r in runners) or behind:
                 busy_seen = self.clock.now()
                 continue
             newest = max(busy_seen, *(r.last_ingest for r in runners))

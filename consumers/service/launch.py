@@ -43,6 +43,7 @@ def settings_from_spec(spec: WorkloadSpec, lake: Path | None = None) -> RunnerSe
         max_buffered=spec.max_buffered,
         commit_interval=spec.commit_interval,
         drain_timeout=spec.drain_timeout,
+        stall_after=spec.stall_after,
         mode=spec.mode,
         batch_size=spec.batch.size,
         batch_max_wait=spec.batch.max_wait,

@@ -86,6 +86,9 @@ class PartitionSnapshot:
     pinned_offset: int | None
     pinned_key: bytes | None
     pinned_seconds: float | None
+    #: How long it has had records behind its client position and delivered none (the
+    #: liveness watch); None while it moves, is paused by the engine or has nothing behind.
+    stalled_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,7 @@ def workload_snapshot(app: ConsumerApp, name: str, now: float) -> WorkloadSnapsh
                 pinned_offset=head.offset if head is not None else None,
                 pinned_key=head.key if head is not None else None,
                 pinned_seconds=max(now - tracker.pinned_since, 0.0) if head is not None else None,
+                stalled_seconds=source.stalls.stalled_for((part.topic, part.partition), now),
             )
         )
     return WorkloadSnapshot(

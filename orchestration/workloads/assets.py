@@ -35,7 +35,10 @@ PINNED_CHECK: Final = "watermark_moving"
 DEAD_LETTERS_CHECK: Final = "dead_letters_below_valve"
 CHECKS: Final = {
     LAG_CHECK: "records behind the committed positions stay below checks.lag",
-    PINNED_CHECK: "no partition's commit position is held by one record longer than checks.pinned",
+    PINNED_CHECK: (
+        "no partition's commit position is held by one record, or stalls with records behind "
+        "it, longer than checks.pinned"
+    ),
     DEAD_LETTERS_CHECK: "dead letters use less than checks.dead_letters of the safety valve",
 }
 

@@ -143,21 +143,38 @@ def judge(spec: WorkloadSpec, reports: Sequence[Report]) -> list[Judgement]:
             )
         )
     pins = [r for r in running if isinstance(r.get("pinned_seconds"), int | float)]
-    worst = max(pins, key=lambda r: _seconds(r), default=None)
-    pinned = _seconds(worst) if worst is not None else 0.0
+    worst = max(pins, key=lambda r: _seconds(r, "pinned_seconds"), default=None)
+    pinned = _seconds(worst, "pinned_seconds")
     where = (
         f" (partition {worst.get('pinned_partition')}, offset {worst.get('pinned_offset')}, "
         f"key {worst.get('pinned_key')})"
         if worst is not None
         else ""
     )
+    stalls = [r for r in running if isinstance(r.get("stalled_seconds"), int | float)]
+    stalled_by = max(stalls, key=lambda r: _seconds(r, "stalled_seconds"), default=None)
+    stalled = _seconds(stalled_by, "stalled_seconds")
+    if stalled > pinned:  # records wait behind a partition that delivers nothing
+        description = (
+            f"partition {stalled_by.get('stalled_partition') if stalled_by else '?'} has had "
+            f"records behind it and delivered none for {stalled:.0f} s (threshold "
+            f"{checks.pinned:g} s; the engine resumes such a partition every stall_after)"
+        )
+    else:
+        description = (
+            f"the oldest record holding a commit position has for {pinned:.0f} s{where} "
+            f"(threshold {checks.pinned:g} s)"
+        )
     out.append(
         Judgement(
             PINNED_CHECK,
-            pinned <= checks.pinned,
-            f"the oldest record holding a commit position has for {pinned:.0f} s{where} "
-            f"(threshold {checks.pinned:g} s)",
-            {"pinned_seconds": round(pinned, 3), "threshold_seconds": checks.pinned},
+            max(pinned, stalled) <= checks.pinned,
+            description,
+            {
+                "pinned_seconds": round(pinned, 3),
+                "stalled_seconds": round(stalled, 3),
+                "threshold_seconds": checks.pinned,
+            },
         )
     )
     valves = [v for r in running if isinstance(v := r.get("valve_used"), int | float)]
@@ -180,8 +197,8 @@ def judge(spec: WorkloadSpec, reports: Sequence[Report]) -> list[Judgement]:
     return out
 
 
-def _seconds(report: Report | None) -> float:
-    value = report.get("pinned_seconds") if report is not None else None
+def _seconds(report: Report | None, field: str) -> float:
+    value = report.get(field) if report is not None else None
     return float(value) if isinstance(value, int | float) else 0.0
 
 

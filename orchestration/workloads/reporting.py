@@ -43,6 +43,8 @@ def workload_metadata(
     lags = [p.lag for p in parts if p.lag is not None]
     pins = [p for p in parts if p.pinned_seconds is not None]
     pin = max(pins, key=lambda p: p.pinned_seconds or 0.0) if pins else None
+    stalls = [p for p in parts if p.stalled_seconds is not None]
+    stall = max(stalls, key=lambda p: p.stalled_seconds or 0.0) if stalls else None
     counters = snap.counters
     return {
         "workload": snap.name,
@@ -77,6 +79,8 @@ def workload_metadata(
         "pinned_offset": pin.pinned_offset if pin else None,
         "pinned_key": key_label(pin.pinned_key) if pin else None,
         "pinned_seconds": round(pin.pinned_seconds or 0.0, 3) if pin else None,
+        "stalled_partition": stall.partition if stall else None,
+        "stalled_seconds": round(stall.stalled_seconds or 0.0, 3) if stall else None,
     }
 
 

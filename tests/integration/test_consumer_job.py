@@ -76,6 +76,8 @@ OBSERVATION_KEYS = {
     "pinned_offset",
     "pinned_key",
     "pinned_seconds",
+    "stalled_partition",
+    "stalled_seconds",
 }
 
 

@@ -186,6 +186,79 @@ async def test_backpressure_bounds_buffered_records(backend: Backend) -> None:
     assert backend.committed("g-bp", topic, 1) == backend.log_end(topic, 1)
 
 
+async def test_partitions_paused_for_backpressure_deliver_again_after_a_rebalance(
+    kafka_backend: Backend,
+) -> None:
+    """librdkafka keeps a paused flag across a revoke and the next assignment: a member that
+    was paused when a second one joined and left must still read its partitions to the end.
+    The liveness watch is kept out of the way (``stall_after``): the assignment must do it."""
+    backend = kafka_backend
+    topic = backend.make_topic(2)
+    records = keyed_stream(6000, keys=60, seed=9)
+    backend.produce(topic, records)
+
+    async def slow(rec: Record) -> None:
+        await asyncio.sleep(0.002)
+
+    settings = {"concurrency": 4, "max_buffered": 100, "stall_after": 3600.0}
+    first = ConsumerApp([workload(backend, topic, "g-repaused", slow, **settings)])
+    run = asyncio.ensure_future(first.run(until_idle=1.0))
+    await until(lambda: "contract" in first.runners)
+    runner = first.runners["contract"]
+    await until(lambda: len([p for p in runner.partitions() if p.paused]) == 2, within=30)
+    second = ConsumerApp([workload(backend, topic, "g-repaused", slow, name="second")])
+    joined = asyncio.ensure_future(second.run())
+    await until(lambda: "second" in second.runners, within=30)
+    await until(lambda: second.runners["second"].counters.completed >= 20, within=30)
+    second.request_stop()
+    [left] = await joined
+    [summary] = await asyncio.wait_for(run, timeout=60)
+
+    assert backend.committed("g-repaused", topic, 2) == backend.log_end(topic, 2)
+    assert summary.counters["completed"] + left.counters["completed"] >= len(records)
+
+
+async def test_a_partition_that_delivers_nothing_is_recovered_by_the_liveness_watch() -> None:
+    """Whatever left a partition silent at the client (here a pause behind the engine's back),
+    the watch resumes it after ``stall_after`` and the workload reads to the end."""
+    backend = MemoryBackend()
+    topic = backend.make_topic(1)
+    backend.produce(topic, keyed_stream(500, keys=5, seed=10))
+    clients = []
+    factory = backend.factory("g-silent")
+
+    def remember(on_commit):  # type: ignore[no-untyped-def]
+        client = factory(on_commit)
+        clients.append(client)
+        return client
+
+    gate = asyncio.Event()
+
+    async def held(rec: Record) -> None:
+        await gate.wait()
+
+    app = ConsumerApp(
+        [
+            Workload(
+                RunnerSettings(name="contract", commit_interval=0.05, stall_after=0.3),
+                held,
+                [topic],
+                remember,
+            )
+        ]
+    )
+    run = asyncio.ensure_future(app.run(until_idle=1.0))
+    await until(lambda: "contract" in app.runners and app.runners["contract"].in_flight > 0)
+    clients[0].pause([(topic, 0)])  # silent: the engine did not ask for it
+    backend.produce(topic, keyed_stream(500, keys=5, seed=11))
+    gate.set()
+    [summary] = await asyncio.wait_for(run, timeout=30)
+
+    assert summary.counters["completed"] == 1000
+    assert app.sources["contract"].stalls.recoveries >= 1
+    assert backend.committed("g-silent", topic, 1) == backend.log_end(topic, 1)
+
+
 async def test_offset_gaps_never_stall_the_watermark() -> None:
     backend = MemoryBackend()  # gaps need compaction or transaction markers: modelled in memory
     topic = backend.make_topic(1)

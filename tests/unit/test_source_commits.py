@@ -96,6 +96,9 @@ class ReassignedAtOnce:
     def resume(self, parts: list[PartitionKey]) -> None:
         pass
 
+    def seek(self, part: PartitionKey, offset: int) -> None:
+        pass
+
     def high_watermark(self, part: PartitionKey) -> int:
         return FURTHER
 

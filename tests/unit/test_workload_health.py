@@ -62,6 +62,19 @@ def test_replicas_add_their_lag_and_the_worst_pin_and_valve_count(tmp_path: Path
     assert checks[DEAD_LETTERS_CHECK].severity.value == "WARN"  # the valve has not tripped yet
 
 
+def test_a_partition_with_records_behind_it_and_no_progress_turns_the_pin_check_red(
+    tmp_path: Path,
+) -> None:
+    workload = spec(tmp_path, checks={"pinned": "60s"})
+    moving = report(lag=900, stalled_seconds=3.0, stalled_partition=2)
+    assert by_name(judge(workload, [moving]))[PINNED_CHECK].passed
+    stuck = report(lag=900, stalled_seconds=75.0, stalled_partition=2)
+    check = by_name(judge(workload, [moving, stuck]))[PINNED_CHECK]
+    assert not check.passed
+    assert "partition 2" in check.description and "delivered none for 75 s" in check.description
+    assert check.metadata["stalled_seconds"] == 75.0
+
+
 def test_nothing_is_judged_without_a_running_report(tmp_path: Path) -> None:
     workload = spec(tmp_path)
     assert judge(workload, []) == []

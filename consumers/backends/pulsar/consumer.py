@@ -222,6 +222,10 @@ class PulsarConsumer:
     def resume(self, parts: list[PartitionKey]) -> None:
         self._paused.difference_update(parts)
 
+    def seek(self, part: PartitionKey, offset: int) -> None:
+        """Nothing: the offsets are this session's own numbering; what was not acknowledged is
+        redelivered by the broker instead."""
+
     def high_watermark(self, part: PartitionKey) -> int:
         """An end where ``end - position`` estimates the backlog, else -1.
 

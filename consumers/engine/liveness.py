@@ -1,0 +1,78 @@
+"""Partition liveness: the source thread's watch over partitions that have records behind them
+and deliver nothing.
+
+A partition the engine did not pause, whose client position sits below its log end, must
+deliver. When its position has not moved for ``after`` seconds the watch asks the source to
+recover it (resume it at the client and seek to its position), counts it and logs it; it asks
+again every ``after`` seconds while the stall lasts. How long the partition has gone without
+progress is kept apart from the recoveries, so a partition that no recovery helps reports a
+growing stall (the workload's pinned check turns red on it).
+
+The watch is fed by the source thread only (it owns the client's positions and pause state);
+the loop thread reads :meth:`stalled_for` for reports, a plain dict read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from consumers.backends.base import PartitionKey
+
+#: Seconds without progress before a partition with records behind it is recovered.
+DEFAULT_STALL_AFTER = 30.0
+
+
+@dataclass
+class _Seen:
+    position: int
+    #: When the position last moved (or the partition stopped being held, or was assigned).
+    since: float
+    #: When it was last recovered (or ``since``): recoveries repeat every ``after`` seconds.
+    nudged: float
+
+
+class StallWatch:
+    """Per assigned partition: its last position and since when it has not moved."""
+
+    def __init__(self, after: float = DEFAULT_STALL_AFTER) -> None:
+        self.after = after
+        self._seen: dict[PartitionKey, _Seen] = {}
+        #: Recoveries asked for since the source started.
+        self.recoveries = 0
+
+    def observe(
+        self, key: PartitionKey, position: int | None, end: int | None, held: bool, now: float
+    ) -> bool:
+        """One reading of ``key``; True when the source should recover it now.
+
+        ``held``: the engine paused it (backpressure, a drain) or cannot take a batch: not a
+        stall. A partition with no known position or end, or none behind its position, is not
+        one either."""
+        if held or position is None or end is None or end <= position:
+            self._seen.pop(key, None)
+            return False
+        seen = self._seen.get(key)
+        if seen is None or seen.position != position:
+            self._seen[key] = _Seen(position, now, now)
+            return False
+        if now - seen.nudged < self.after:
+            return False
+        seen.nudged = now
+        self.recoveries += 1
+        return True
+
+    def stalled_for(self, key: PartitionKey, now: float) -> float | None:
+        """Seconds ``key`` has had records behind it and not moved; None if it is moving."""
+        seen = self._seen.get(key)
+        if seen is None:
+            return None
+        return max(now - seen.since, 0.0)
+
+    @property
+    def behind(self) -> bool:
+        """Some partition not held by the engine has records behind its position: whatever
+        else it looks like, the workload is not idle."""
+        return bool(self._seen)
+
+    def forget(self, key: PartitionKey) -> None:
+        self._seen.pop(key, None)
