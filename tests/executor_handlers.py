@@ -29,6 +29,18 @@ def poison(rec: Any) -> None:
         raise ValueError("poison pill")
 
 
+def exits(rec: Any) -> None:
+    """The poison key's records raise what ends a process: ``SystemExit`` for its first,
+    ``KeyboardInterrupt`` for its second."""
+    if rec.key == POISON:
+        raise SystemExit(3) if json.loads(rec.value)["seq"] == 0 else KeyboardInterrupt()
+
+
+async def exits_async(rec: Any) -> None:
+    """:func:`exits` as ``async def``."""
+    exits(rec)
+
+
 def slow_once(rec: Any) -> None:
     """The first attempt of one record runs far past the workload's timeout."""
     if rec.offset == SLOW_OFFSET and rec._attempts == 0:

@@ -3,8 +3,11 @@ turned into :class:`HandlerTimeout`, and every exception wrapped with the record
 
 User code never raises into the engine: a call returns ``(outcome, None)`` or ``(None, error)``
 where ``error`` is a counted, logged :class:`HandlerError`. The resolver then decides between a
-retry and a dead letter. Engine errors are never wrapped, so they are never mistaken for a bad
-record.
+retry and a dead letter. That holds for ``BaseException`` too: a handler's ``SystemExit`` or
+``KeyboardInterrupt`` is one failed attempt of its record, not the end of the process (stops
+reach the engine as signals, through handlers it installs, never as exceptions in user code).
+Only the engine's own cancellation passes through. Engine errors are never wrapped, so they are
+never mistaken for a bad record.
 """
 
 from __future__ import annotations
@@ -151,7 +154,7 @@ class HandlerCaller:
                 # A thread gets as long again to return; a worker process is killed at once.
                 await self._pool.abandon(call, partial(self._clock.sleep, self._timeout))
             return None, error
-        except Exception as exc:
+        except BaseException as exc:  # everything user code raises: see the module docstring
             if worker.timed_out:
                 worker.clear_timeout()
             return None, self.error(first, exc)
@@ -167,7 +170,7 @@ class HandlerCaller:
             for interceptor in self._interceptors:
                 try:
                     interceptor.before(rec)
-                except Exception as exc:
+                except BaseException as exc:
                     return self.error(rec, exc)
         return None
 
@@ -178,11 +181,11 @@ class HandlerCaller:
         for interceptor in reversed(self._interceptors):
             try:
                 interceptor.after(rec, outcome, error)
-            except Exception as exc:
+            except BaseException as exc:
                 error = self.error(rec, exc)
         return error
 
-    def error(self, rec: Record, exc: Exception) -> HandlerError:
+    def error(self, rec: Record, exc: BaseException) -> HandlerError:
         """Wrap (and count) an exception from user code with the record's place."""
         error = HandlerError(*self._where(rec), f"{type(exc).__name__}: {exc}")
         error.__cause__ = exc

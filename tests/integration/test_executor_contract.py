@@ -123,6 +123,27 @@ async def test_poison_records_dead_letter_with_their_own_error_type(
     assert out.summary.counters["dead_lettered"] == 3
 
 
+@pytest.mark.parametrize("executor", [*EXECUTORS, "async"])
+async def test_system_exit_and_keyboard_interrupt_fail_only_their_record(
+    backend: Backend, executor: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What would end the process is one failed attempt: retried, then dead-lettered with its
+    type, the record's place in the log, and every other record handled."""
+    handler = h.exits_async if executor == "async" else h.exits
+    runs_on = "auto" if executor == "async" else executor
+    out = await poison_run(backend, handler, runs_on, f"g-exit-{executor}", poison=2)
+
+    dead = [decode_dead_letter(list(r.headers.items())) for r in out.dead]
+    assert [json.loads(r.value or b"")["seq"] for r in out.dead] == [0, 1]
+    assert [(d.error_type, d.attempts) for d in dead] == [
+        ("SystemExit", 3),
+        ("KeyboardInterrupt", 3),
+    ]
+    assert sorted(out.check.completed) == sorted(out.healthy)
+    failed = [r.getMessage() for r in caplog.records if "SystemExit" in r.getMessage()]
+    assert failed and all("handler failed on " in m and "key=b'poison'" in m for m in failed)
+
+
 @pytest.mark.parametrize("executor", EXECUTORS)
 async def test_a_timed_out_call_fails_and_its_retry_completes(
     backend: Backend, executor: str
