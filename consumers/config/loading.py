@@ -23,6 +23,7 @@ from typing import Annotated, Any, Final
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
+from consumers.config.yaml_budget import load_yaml
 from consumers.errors import HandlerImportError, SpecError
 
 _DURATION = re.compile(r"(?P<value>[+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(?P<unit>ms|s|m|h)?")
@@ -33,8 +34,11 @@ _DURATION_HELP = "use seconds as a number or a string like '250ms', '2s', '1.5s'
 _REFERENCE = re.compile(r"(?P<escape>\$\$\{)|\$\{(?P<body>[^}]*)\}|(?P<open>\$\{)")
 _VARIABLE = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>.*))?", re.DOTALL)
 
-_MERGE_TAG = "tag:yaml.org,2002:merge"
 
+#: A spec (or platform config) file larger than this is refused unread; a spec is a few KiB.
+MAX_SPEC_BYTES: Final = 256 * 1024
+#: Characters ``${VAR}`` references may substitute into one file, all references together.
+MAX_SUBSTITUTED: Final = 1024 * 1024
 
 #: The state directory unless ``LANEHOUSE_HOME`` or a ``--state-dir`` says otherwise.
 DEFAULT_STATE_DIR: Final = Path(".lanehouse")
@@ -91,21 +95,42 @@ def interpolate(data: Any, env: Mapping[str, str], file: str, loc: tuple[object,
     """Resolve ``${VAR}`` and ``${VAR:-default}`` in every string value (not key) of ``data``.
 
     ``${VAR:-default}`` uses the default when VAR is unset or empty, like the shell. ``$${`` is a
-    literal ``${``. Errors name the file, the field and the variable, never a value.
+    literal ``${``. Errors name the file, the field and the variable, never a value. All the
+    references together substitute at most :data:`MAX_SUBSTITUTED` characters.
     """
+    return _interpolate(data, env, file, loc, [MAX_SUBSTITUTED])
+
+
+def _interpolate(
+    data: Any, env: Mapping[str, str], file: str, loc: tuple[object, ...], budget: list[int]
+) -> Any:
     if isinstance(data, str):
-        return _interpolate_string(data, env, file, loc)
+        return _interpolate_string(data, env, file, loc, budget)
     if isinstance(data, dict):
-        return {key: interpolate(value, env, file, (*loc, key)) for key, value in data.items()}
+        return {
+            key: _interpolate(value, env, file, (*loc, key), budget) for key, value in data.items()
+        }
     if isinstance(data, list):
-        return [interpolate(value, env, file, (*loc, i)) for i, value in enumerate(data)]
+        return [_interpolate(value, env, file, (*loc, i), budget) for i, value in enumerate(data)]
     return data
 
 
 def _interpolate_string(
-    text: str, env: Mapping[str, str], file: str, loc: tuple[object, ...]
+    text: str, env: Mapping[str, str], file: str, loc: tuple[object, ...], budget: list[int]
 ) -> str:
     def replace(match: re.Match[str]) -> str:
+        value = resolve(match)
+        budget[0] -= len(value)
+        if budget[0] < 0:
+            raise SpecError(
+                file,
+                dotted(loc),
+                f"'${{...}}' references substitute more than {MAX_SUBSTITUTED:,} characters into "
+                "this file",
+            )
+        return value
+
+    def resolve(match: re.Match[str]) -> str:
         if match["escape"]:
             return "${"
         if match["open"]:
@@ -136,29 +161,6 @@ def _interpolate_string(
     return _REFERENCE.sub(replace, text)
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that rejects a key repeated in one mapping instead of keeping the last."""
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> Iterator[dict[Any, Any]]:
-    seen: set[tuple[str, str]] = set()
-    for key_node, _ in node.value:
-        if isinstance(key_node, yaml.ScalarNode) and key_node.tag != _MERGE_TAG:
-            ident = (key_node.tag, key_node.value)
-            if ident in seen:
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping",
-                    node.start_mark,
-                    f"found duplicate key {key_node.value!r}",
-                    key_node.start_mark,
-                )
-            seen.add(ident)
-    yield from loader.construct_yaml_map(node)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
 def spec_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
     """Yield each path; a directory stands for its ``*.yaml`` and ``*.yml`` files, sorted."""
     for path in map(Path, paths):
@@ -171,19 +173,31 @@ def spec_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
 
 
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
-    """Read ``path`` as a YAML mapping; any problem is a :class:`SpecError` naming the file."""
+    """Read ``path`` as a YAML mapping; any problem is a :class:`SpecError` naming the file.
+
+    The file may hold :data:`MAX_SPEC_BYTES` and, with its aliases expanded, the budget of
+    :mod:`consumers.config.yaml_budget`: a few hundred bytes of aliases cannot hang a caller.
+    """
     file = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as stream:
+            raw = stream.read(MAX_SPEC_BYTES + 1)
     except FileNotFoundError:
         raise SpecError(file, "", "file not found") from None
-    except UnicodeDecodeError:
-        raise SpecError(file, "", "file is not valid UTF-8") from None
     except OSError as exc:
         raise SpecError(file, "", f"cannot read file: {exc.strerror or exc}") from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise SpecError(
+            file,
+            "",
+            f"file is larger than the limit of {MAX_SPEC_BYTES:,} bytes (a spec is a few KiB)",
+        )
     try:
-        # _StrictLoader is a SafeLoader: no arbitrary Python objects, same as yaml.safe_load.
-        data = yaml.load(text, Loader=_StrictLoader)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(file, "", "file is not valid UTF-8") from None
+    try:
+        data = load_yaml(text, file)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -61,6 +61,7 @@ from consumers.errors import HandlerImportError, SpecError
 from consumers.execution.executors import (
     MAX_HANDOFF_BYTES,
     Executor,
+    call_problem,
     check_executor,
     process_problem,
 )
@@ -305,6 +306,8 @@ def resolve_handler(spec: WorkloadSpec, *, file: str | None = None) -> Callable[
         handler = import_callable(spec.handler)
     except HandlerImportError as exc:
         raise SpecError(where, "handler", str(exc)) from exc.__cause__
+    if (unfit := call_problem(handler)) is not None:
+        raise SpecError(where, "handler", f"{spec.handler!r} {unfit}")
     problem = check_executor(handler, spec.executor)
     if problem is None and spec.executor == "process":
         problem = process_problem(handler)

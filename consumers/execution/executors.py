@@ -61,6 +61,31 @@ def is_async_handler(handler: Handler) -> bool:
     return call is not None and inspect.iscoroutinefunction(call)
 
 
+def call_problem(handler: Handler) -> str | None:
+    """Why ``handler`` cannot handle records, or None. The engine calls it with one positional
+    argument (a record; a list of them in batch and unique modes) and awaits an ``async def``'s
+    result; a generator's result is neither an outcome nor awaitable, so no record would run."""
+    for target in (handler, getattr(handler, "__call__", None)):  # noqa: B004 - the bound method
+        if inspect.isasyncgenfunction(target):
+            return (
+                "is an async generator function (it yields): use async def and return the outcome"
+            )
+        if inspect.isgeneratorfunction(target):
+            return "is a generator function (it yields): return the outcome instead"
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):
+        return None  # some builtins have no signature: they cannot be checked, so they pass
+    try:
+        signature.bind(None)
+    except TypeError as exc:
+        return (
+            "cannot be called with one positional argument (a record; a list of them in batch "
+            f"and unique modes): its signature is {signature} ({exc})"
+        )
+    return None
+
+
 def check_executor(handler: Handler, executor: Executor) -> str | None:
     """Why ``handler`` cannot run on ``executor``, or None."""
     if executor != "auto" and is_async_handler(handler):
