@@ -16,6 +16,7 @@ from consumers.clock import Clock, first_of
 from consumers.engine.batching import BatchCalls
 from consumers.engine.caller import HandlerCaller
 from consumers.engine.counters import WorkloadCounters
+from consumers.engine.crashes import Isolation
 from consumers.engine.partition import PartitionState
 from consumers.engine.ready import ReadyLanes
 from consumers.engine.resolution import Resolver
@@ -49,6 +50,7 @@ class Dispatch:
         tap: Tap | None,
         progress: asyncio.Event,
         finish: Finish,
+        isolation: Isolation | None = None,
     ) -> None:
         self._settings = settings
         self._ready = ready
@@ -61,6 +63,7 @@ class Dispatch:
         self._tap = tap
         self._progress = progress
         self._finish = finish
+        self._isolation = isolation
         self._batched = settings.mode != "single"
         self._ordered = settings.ordering != "none"
         #: Workers running (their records are what the watchdog watches).
@@ -166,7 +169,12 @@ class Dispatch:
                         self.start(fan_out=2)
                 worker.record = rec
                 worker.started = now()
-                outcome, error = await call(worker, rec)
+                suspect = part.suspect
+                if suspect is None:
+                    outcome, error = await call(worker, rec)
+                else:
+                    assert self._isolation is not None  # only an isolating runner has suspects
+                    outcome, error = await self._isolation.call(worker, rec, suspect)
                 worker.record = None
                 part.in_flight -= 1
                 held = False
@@ -181,6 +189,11 @@ class Dispatch:
                         tap.handled(name, rec, outcome, error)
                 if not held:  # a retry or a parked record keeps its lane busy: its key waits
                     release(lane)
+                    if suspect is not None:
+                        assert self._isolation is not None
+                        self._isolation.end_window(part)
+                        if ready:  # the records held behind the window joined their lanes
+                            self.start(fan_out=2)
                 progress.set()
                 if should_yield(permits):
                     break

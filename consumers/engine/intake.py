@@ -13,6 +13,7 @@ from collections.abc import Callable, Hashable
 
 from consumers.backends.base import MessageLike, PartitionKey
 from consumers.engine.counters import WorkloadCounters
+from consumers.engine.crashes import SUSPECT_LANE
 from consumers.engine.partition import PartitionState
 from consumers.engine.ready import ReadyLanes
 from consumers.record import Record
@@ -104,11 +105,30 @@ class Intake:
                 counters.skipped += 1
                 skipped.append(rec)
                 continue
+            suspect = part.suspect
+            if suspect is not None:  # earlier holders died: one at a time, then the rest
+                if suspect.admits(offset):
+                    file(part, SUSPECT_LANE, True, rec)
+                else:
+                    suspect.later.append(rec)
+                continue
             file(part, route(key), ordered, rec)
         counters.consumed += consumed
         if part is not None:
             self.pause_if_full(part)
         return skipped
+
+    def end_window(self, part: PartitionState) -> None:
+        """A suspect window's last record is done (none of it runs or waits): the partition
+        runs as usual, and the records held back behind the window join their lanes."""
+        suspect = part.suspect
+        if suspect is None or SUSPECT_LANE in part.lanes or part.closing:
+            return
+        part.suspect = None
+        suspect.calm()
+        file, route, ordered = self._ready.file, self._route, self._ordered
+        for rec in suspect.later:
+            file(part, route(rec.key), ordered, rec)
 
     def pause_if_full(self, part: PartitionState) -> None:
         if not part.paused and len(part.tracker) >= self._limit:

@@ -6,9 +6,13 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Hashable, Iterable
+from typing import TYPE_CHECKING
 
 from consumers.engine.tracker import OffsetTracker
 from consumers.record import Record
+
+if TYPE_CHECKING:
+    from consumers.engine.crashes import Suspect
 
 _GENERATIONS = itertools.count()
 
@@ -28,6 +32,7 @@ class PartitionState:
         "paused",
         "revoked",
         "skip",
+        "suspect",
         "topic",
         "tracker",
     )
@@ -61,6 +66,9 @@ class PartitionState:
         self.paused = False
         #: Log end as last seen by the client (cached watermarks; for lag).
         self.high_watermark: int | None = None
+        #: Earlier holders died holding it: its first records run one at a time, journaled
+        #: (:mod:`consumers.engine.crashes`); set before its first record is read.
+        self.suspect: Suspect | None = None
 
     def __repr__(self) -> str:
         return f"PartitionState({self.topic}[{self.partition}])"

@@ -26,6 +26,7 @@ from consumers.engine.batching import BatchCalls
 from consumers.engine.caller import HandlerCaller
 from consumers.engine.commits import CommitPlanner
 from consumers.engine.counters import WorkloadCounters
+from consumers.engine.crashes import CrashJournal, Isolation
 from consumers.engine.dispatch import Dispatch
 from consumers.engine.intake import Intake
 from consumers.engine.lake import Lake
@@ -129,6 +130,18 @@ class WorkloadRunner:
             control.resume,
             sequenced=self._resolver.sequenced,
         )
+        isolation = None
+        self._crashes: CrashJournal | None = None
+        if settings.crash_dir is not None and settings.mode == "single":
+            self._crashes = CrashJournal(settings.crash_dir, settings.name, settings.buffer_limit)
+            isolation = Isolation(
+                settings.name,
+                self._caller.call,
+                settings.dead_letter is not None,
+                self.fail,
+                self._intake.end_window,
+                clock.now,
+            )
         batches = BatchCalls(
             settings.name,
             settings.mode == "unique",
@@ -151,6 +164,7 @@ class WorkloadRunner:
             tap,
             self._progress,
             self._finish,
+            isolation,
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -166,7 +180,10 @@ class WorkloadRunner:
 
     def prepare_assignment(self, parts: Sequence[PartitionState]) -> None:
         """Before the first record of ``parts`` is read (on the source's thread): see
-        :meth:`Lake.prepare`."""
+        :meth:`Lake.prepare`; and the partitions are marked held (:class:`CrashJournal`)."""
+        if self._crashes is not None:
+            for part in parts:
+                part.suspect = self._crashes.open(part.topic, part.partition)
         if self._lake is not None:
             self._lake.prepare(parts)
 
@@ -221,6 +238,7 @@ class WorkloadRunner:
             self.counters.dropped_on_revoke += len(dropped)
             del self.parts[(part.topic, part.partition)]
             self._commits.forget((part.topic, part.partition))
+            self._release_mark(part)
         return offsets
 
     async def drain(self) -> list[CommitOffset]:
@@ -248,7 +266,15 @@ class WorkloadRunner:
         self._resolver.close()
         if self.landing is not None:
             self.landing.abort()
+        for part in self.parts.values():
+            self._release_mark(part)
         return self._commits.plan(list(self.parts.values()), only_changed=False)
+
+    def _release_mark(self, part: PartitionState) -> None:
+        """The process ends its hold on ``part`` alive (:class:`CrashJournal`)."""
+        if self._crashes is not None:
+            keep = part.suspect is not None and part.suspect.keep
+            self._crashes.close(part.topic, part.partition, keep)
 
     async def _settle(self, *conditions: Callable[[], bool]) -> bool:
         """Wait for each condition in turn, each within the drain deadline; False if one is

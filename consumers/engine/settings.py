@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from consumers.engine.lanes import Ordering
@@ -38,6 +39,9 @@ class RunnerSettings:
     #: Worker processes for ``executor: process`` (0: one per CPU).
     processes: int = 0
     max_handoff_bytes: int = MAX_HANDOFF_BYTES
+    #: Where partitions held by this process are marked, so a handler that ends the process
+    #: is isolated (:mod:`consumers.engine.crashes`); None: not isolated.
+    crash_dir: Path | None = None
 
     @property
     def buffer_limit(self) -> int:

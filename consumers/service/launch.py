@@ -10,7 +10,7 @@ from consumers.backends.base import Backend, ProducerFactory
 from consumers.backends.kafka import kafka_backend, kafka_producer_factory
 from consumers.backends.routing import routed_producer_factory
 from consumers.config.clusters import ProducerTarget
-from consumers.config.loading import import_callable
+from consumers.config.loading import import_callable, state_dir
 from consumers.config.platform import PlatformConfig, load_platform_config
 from consumers.config.pulsar_options import CLIENT_OPTIONS, PRODUCER_OPTIONS
 from consumers.config.sources import KafkaSourceSpec, reveal
@@ -44,6 +44,7 @@ def settings_from_spec(spec: WorkloadSpec, lake: Path | None = None) -> RunnerSe
         commit_interval=spec.commit_interval,
         drain_timeout=spec.drain_timeout,
         stall_after=spec.stall_after,
+        crash_dir=state_dir().resolve() / "crashes",
         mode=spec.mode,
         batch_size=spec.batch.size,
         batch_max_wait=spec.batch.max_wait,
