@@ -14,9 +14,19 @@ the loop thread reads :meth:`stalled_for` for reports, a plain dict read.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from consumers.backends.base import PartitionKey
+from consumers.backends.base import ConsumerLike, PartitionKey
+from consumers.clock import Clock, RealClock
+from consumers.errors import BrokerError
+
+if TYPE_CHECKING:
+    from consumers.engine.partition import PartitionState
+
+log = logging.getLogger("lanehouse.source")
 
 #: Seconds without progress before a partition with records behind it is recovered.
 DEFAULT_STALL_AFTER = 30.0
@@ -34,11 +44,32 @@ class _Seen:
 class StallWatch:
     """Per assigned partition: its last position and since when it has not moved."""
 
-    def __init__(self, after: float = DEFAULT_STALL_AFTER) -> None:
+    def __init__(self, after: float = DEFAULT_STALL_AFTER, clock: Clock | None = None) -> None:
         self.after = after
+        self._clock = clock or RealClock()
         self._seen: dict[PartitionKey, _Seen] = {}
         #: Recoveries asked for since the source started.
         self.recoveries = 0
+
+    def check(
+        self,
+        consumer: ConsumerLike,
+        name: str,
+        assigned: Mapping[PartitionKey, PartitionState],
+        positions: Mapping[PartitionKey, int],
+        paused: set[PartitionKey],
+        held: bool,
+    ) -> None:
+        """Observe every assigned partition (``positions``: the client's, else the committed
+        one; ``paused``: what the client was told to pause, updated here) and recover those
+        due."""
+        now = self._clock.now()
+        for key, part in list(assigned.items()):
+            position = positions.get(key, part.committed)
+            end = part.high_watermark
+            due = self.observe(key, position, end, held or key in paused, now)
+            if due and self.recover(consumer, name, key, position, end):
+                paused.discard(key)
 
     def observe(
         self, key: PartitionKey, position: int | None, end: int | None, held: bool, now: float
@@ -59,6 +90,37 @@ class StallWatch:
             return False
         seen.nudged = now
         self.recoveries += 1
+        return True
+
+    def recover(
+        self,
+        consumer: ConsumerLike,
+        name: str,
+        key: PartitionKey,
+        position: int | None,
+        end: int | None,
+    ) -> bool:
+        """Resume ``key`` at the client and read it again from ``position``, saying why; True
+        once the client took both."""
+        log.warning(
+            "workload %s: %s[%d] delivered nothing for %gs with records behind position %s "
+            "(end %s) and not paused by the engine; resuming it and seeking to %s (recovery %d)",
+            name,
+            key[0],
+            key[1],
+            self.after,
+            position,
+            end,
+            position,
+            self.recoveries,
+        )
+        try:
+            consumer.resume([key])
+            if position is not None:
+                consumer.seek(key, position)
+        except BrokerError as exc:
+            log.warning("workload %s: recovering %s[%d] failed: %s", name, *key, exc)
+            return False
         return True
 
     def stalled_for(self, key: PartitionKey, now: float) -> float | None:

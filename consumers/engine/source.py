@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import queue
 import threading
@@ -39,6 +40,7 @@ from consumers.backends.base import (
 )
 from consumers.backends.metadata import decode_done
 from consumers.clock import Clock, RealClock
+from consumers.engine.handoff import chain, set_exception, set_result
 from consumers.engine.incarnations import IncarnationWatch
 from consumers.engine.liveness import DEFAULT_STALL_AFTER, StallWatch
 from consumers.engine.partition import PartitionState
@@ -95,7 +97,7 @@ class SourceThread:
         #: Partitions this thread paused at the client (it alone pauses and resumes them).
         self._client_paused: set[PartitionKey] = set()
         #: Partitions with records behind them that deliver nothing (read for reports).
-        self.stalls = StallWatch(stall_after)
+        self.stalls = StallWatch(stall_after, self._clock)
         self._thread = threading.Thread(target=self._run, name=f"lh-source-{name}", daemon=True)
         self.assigned: dict[PartitionKey, PartitionState] = {}
         self.failed: asyncio.Future[None] = loop.create_future()
@@ -161,7 +163,7 @@ class SourceThread:
             while not self._run_commands(consumer):
                 if watch is not None and watch.replaced and self._intake_open:
                     self._intake_open = False  # the runner's stop drains what was taken
-                    self._loop.call_soon_threadsafe(_set_exception, self.failed, watch.error())
+                    self._loop.call_soon_threadsafe(set_exception, self.failed, watch.error())
                 if self._posted - self._ingested >= MAX_HANDOFF_BATCHES:
                     self._handed.wait(self._poll_timeout)
                     self._handed.clear()
@@ -178,11 +180,12 @@ class SourceThread:
             log.exception("workload %s: source thread failed", self.name)
             if self._watch is not None:
                 self._watch.close()
-            self._loop.call_soon_threadsafe(_set_exception, self.failed, exc)
+            self._loop.call_soon_threadsafe(set_exception, self.failed, exc)
             if consumer is not None:
-                _close_quietly(consumer)
+                with contextlib.suppress(Exception):  # the failure above is what counts
+                    consumer.close()
         finally:
-            self._loop.call_soon_threadsafe(_set_result, self.finished)
+            self._loop.call_soon_threadsafe(set_result, self.finished)
 
     def _post(self, event: tuple[str, Any]) -> None:
         """Queue an event for the loop. Batches, assignments and revokes share one FIFO so the
@@ -228,7 +231,7 @@ class SourceThread:
                 runner.passed(payload)
             else:  # revoke
                 keys, result = payload
-                _chain(asyncio.ensure_future(runner.revoke(keys)), result)
+                chain(asyncio.ensure_future(runner.revoke(keys)), result)
             inbox.popleft()
         if inbox:
             self._loop.call_soon(self._pump)
@@ -313,36 +316,7 @@ class SourceThread:
         if moved:
             self._positions.update(moved)
             self._post(("positions", moved))
-        now = self._clock.now()
-        for key, part in list(self.assigned.items()):
-            position = positions.get(key, part.committed)
-            paused = held or key in self._client_paused
-            if self.stalls.observe(key, position, part.high_watermark, paused, now):
-                self._recover(consumer, key, position, part.high_watermark)
-
-    def _recover(
-        self, consumer: ConsumerLike, key: PartitionKey, position: int | None, end: int | None
-    ) -> None:
-        """A partition with records behind it delivered nothing for the stall bound: resume it
-        at the client and read again from its position."""
-        log.warning(
-            "workload %s: %s[%d] delivered nothing for %.0fs with records behind position %s "
-            "(end %s) and not paused by the engine; resuming it and seeking to %s (recovery %d)",
-            self.name,
-            key[0],
-            key[1],
-            self.stalls.after,
-            position,
-            end,
-            position,
-            self.stalls.recoveries,
-        )
-        try:
-            consumer.resume([key])
-            if position is not None:
-                consumer.seek(key, position)
-        except BrokerError as exc:
-            log.warning("workload %s: recovering %s[%d] failed: %s", self.name, *key, exc)
+        self.stalls.check(consumer, self.name, self.assigned, positions, self._client_paused, held)
 
     # ------------------------------------------------------------ rebalance callbacks
 
@@ -412,36 +386,3 @@ class SourceThread:
             self.assigned.pop(key, None)
             self._positions.pop(key, None)
             self.stalls.forget(key)
-
-
-def _chain(task: asyncio.Future[Any], result: concurrent.futures.Future[Any]) -> None:
-    """Copy an asyncio task's outcome into a future the source thread waits on."""
-
-    def copy(done: asyncio.Future[Any]) -> None:
-        if done.cancelled():
-            result.cancel()
-        elif done.exception() is not None:
-            result.set_exception(done.exception())
-        else:
-            result.set_result(done.result())
-
-    task.add_done_callback(copy)
-
-
-def _set_result(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-def _set_exception(future: asyncio.Future[None], exc: BaseException) -> None:
-    if not future.done():
-        if not isinstance(exc, Exception):
-            exc = BrokerError(f"source thread stopped: {exc!r}")
-        future.set_exception(exc)
-
-
-def _close_quietly(consumer: ConsumerLike) -> None:
-    try:
-        consumer.close()
-    except Exception:
-        log.debug("closing a failed consumer raised", exc_info=True)

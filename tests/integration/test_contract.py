@@ -237,6 +237,8 @@ async def test_a_partition_that_delivers_nothing_is_recovered_by_the_liveness_wa
     async def held(rec: Record) -> None:
         await gate.wait()
 
+    # Idleness longer than the watermark refresh (1 s) and the stall bound: the run must see
+    # the new records behind the silent partition before it could call itself idle.
     app = ConsumerApp(
         [
             Workload(
@@ -247,7 +249,7 @@ async def test_a_partition_that_delivers_nothing_is_recovered_by_the_liveness_wa
             )
         ]
     )
-    run = asyncio.ensure_future(app.run(until_idle=1.0))
+    run = asyncio.ensure_future(app.run(until_idle=3.0))
     await until(lambda: "contract" in app.runners and app.runners["contract"].in_flight > 0)
     clients[0].pause([(topic, 0)])  # silent: the engine did not ask for it
     backend.produce(topic, keyed_stream(500, keys=5, seed=11))
