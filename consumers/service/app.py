@@ -225,5 +225,6 @@ class ConsumerApp:
             commits=source.commits,
             commit_failures=source.commit_failures,
             rebalances=source.rebalances,
+            stall_recoveries=source.stalls.recoveries,
         )
         return WorkloadSummary(name=name, counters=counters, seconds=seconds)

@@ -108,6 +108,8 @@ class WorkloadSnapshot:
     partitions: tuple[PartitionSnapshot, ...]
     #: Share of the dead-letter safety valve used; None without a dead-letter topic.
     valve_used: float | None = None
+    #: Partitions the liveness watch resumed (:mod:`consumers.engine.liveness`).
+    stall_recoveries: int = 0
 
 
 def workload_snapshot(app: ConsumerApp, name: str, now: float) -> WorkloadSnapshot:
@@ -152,6 +154,7 @@ def workload_snapshot(app: ConsumerApp, name: str, now: float) -> WorkloadSnapsh
         abandoned_threads=runner.abandoned_threads,
         partitions=tuple(parts),
         valve_used=runner.valve_used,
+        stall_recoveries=source.stalls.recoveries,
     )
 
 
@@ -184,6 +187,11 @@ class EngineCollector(Collector):
             "lanehouse_commit_failures", "Commits that failed (replays later, no loss).", labels=wl
         )
         rebalances = CounterMetricFamily("lanehouse_rebalances", "Assignments received.", labels=wl)
+        recoveries = CounterMetricFamily(
+            "lanehouse_stall_recoveries",
+            "Partitions with records behind them resumed after delivering nothing.",
+            labels=wl,
+        )
         in_flight = GaugeMetricFamily("lanehouse_in_flight", "Handler calls running.", labels=wl)
         held = GaugeMetricFamily("lanehouse_permits_held", "Permits held.", labels=wl)
         waiting = GaugeMetricFamily(
@@ -207,6 +215,12 @@ class EngineCollector(Collector):
             "How long the record at the commit position has held the watermark.",
             labels=[*part_labels, "offset", "key"],
         )
+        stalled = GaugeMetricFamily(
+            "lanehouse_partition_stalled_seconds",
+            "How long a partition not paused by the engine has had records behind its position "
+            "and delivered none.",
+            labels=part_labels,
+        )
         pool_size = GaugeMetricFamily(
             "lanehouse_pool_size", "Permits in the pool.", labels=["pool"]
         )
@@ -218,6 +232,7 @@ class EngineCollector(Collector):
             commits.add_metric([name], snap.commits)
             commit_failures.add_metric([name], snap.commit_failures)
             rebalances.add_metric([name], snap.rebalances)
+            recoveries.add_metric([name], snap.stall_recoveries)
             in_flight.add_metric([name], snap.in_flight)
             held.add_metric([name], snap.permits_held)
             waiting.add_metric([name], snap.waiting_lanes)
@@ -227,6 +242,8 @@ class EngineCollector(Collector):
                 buffered.add_metric(labels, part.buffered)
                 if part.lag is not None:
                     lag.add_metric(labels, part.lag)
+                if part.stalled_seconds is not None:
+                    stalled.add_metric(labels, part.stalled_seconds)
                 if part.pinned_offset is not None and part.pinned_seconds is not None:
                     pin = [*labels, str(part.pinned_offset), key_label(part.pinned_key)]
                     pinned.add_metric(pin, part.pinned_seconds)
@@ -249,6 +266,7 @@ class EngineCollector(Collector):
             commits,
             commit_failures,
             rebalances,
+            recoveries,
             in_flight,
             held,
             waiting,
@@ -256,6 +274,7 @@ class EngineCollector(Collector):
             lag,
             buffered,
             pinned,
+            stalled,
             pool_size,
             pool_free,
             *tap_dropped,
