@@ -65,6 +65,8 @@ leases_table = sa.Table(
 
 #: Expired leases are kept this many TTLs for ``lanehouse permits status``, then deleted.
 _DEAD_LEASE_TTLS = 6
+#: PostgreSQL ends a session idle inside a transaction this long (ms): see create_permit_engine.
+_IDLE_IN_TRANSACTION_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -142,13 +144,27 @@ def create_permit_engine(url: str) -> Engine:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
+    # A holder cut off from the database inside a renewal leaves its session waiting in a
+    # transaction with the pool's row locked: every other holder's renewal then waits on that
+    # lock, so one partitioned host stopped the whole pool until the partition healed (or the
+    # server's TCP keepalive, hours). The server ends such a session after a second
+    # (a renewal's transaction idles for milliseconds), and the keepalives and the user
+    # timeout let the holder see its dead connection in seconds instead of TCP's minutes.
     return sa.create_engine(
         url,
         pool_pre_ping=True,
         pool_size=2,
         connect_args={
             "connect_timeout": 3,
-            "options": "-c statement_timeout=5000 -c lock_timeout=5000",
+            "options": (
+                "-c statement_timeout=5000 -c lock_timeout=5000 "
+                f"-c idle_in_transaction_session_timeout={_IDLE_IN_TRANSACTION_MS}"
+            ),
+            "keepalives": 1,
+            "keepalives_idle": 1,
+            "keepalives_interval": 1,
+            "keepalives_count": 3,
+            "tcp_user_timeout": 3000,
         },
     )
 
