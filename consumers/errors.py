@@ -10,6 +10,7 @@
     │   └── TopicReplaced    a topic was deleted or recreated under a running workload
     ├── DeadLetterRatioExceeded  the safety valve stopped a workload dead-lettering too much
     ├── LandingError         a landed file cannot be written and a retry would not help
+    │   └── DamagedFile      a landed file cannot be read (it is moved aside, not deleted)
     ├── PermitStoreError     a shared permit store is unreachable or refuses (permit_store.py)
     ├── ProcessExecutorError a handler cannot run in worker processes (processes.py)
     └── EngineError          an engine invariant was broken (a bug, never a user error)
@@ -87,6 +88,15 @@ class DeadLetterRatioExceeded(LanehouseError):
 
 class LandingError(LanehouseError):
     """A landed file could not be written and retrying would not help; the workload stops."""
+
+
+class DamagedFile(LandingError):
+    """A landed file cannot be read (truncated, overwritten): its footer or rows are gone."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"landed file {path} cannot be read: {reason}")
 
 
 class HandlerImportError(LanehouseError, ValueError):

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 from confluent_kafka import Producer
+
+from consumers.backends.memory import MemoryBroker
+from consumers.engine.settings import RunnerSettings
+from consumers.landing.files import SourceIdentity
+from consumers.landing.sink import LandingSettings, land_as_is
+from consumers.service.app import Workload
 
 DAY_MS = 86_400_000
 #: 2026-11-18 00:00 UTC; records spread over three days from here.
@@ -26,10 +34,20 @@ def produce_days(bootstrap: str, topic: str, count: int, partitions: int) -> lis
     return stamps
 
 
+def visible(lake: Path) -> list[Path]:
+    """The landed files Spark reads: not under a ``_``/``.`` name (``_quarantine``, ``.tmp``)."""
+    root = lake / "landed"
+    return [
+        path
+        for path in sorted(root.rglob("*.parquet"))
+        if not any(part.startswith(("_", ".")) for part in path.relative_to(root).parts)
+    ]
+
+
 def landed(lake: Path) -> list[dict[str, object]]:
-    """Every landed row, with its ``event_date`` directory and its file's name."""
+    """Every landed row Spark reads, with its ``event_date`` directory and its file's name."""
     rows: list[dict[str, object]] = []
-    for path in sorted((lake / "landed").rglob("*.parquet")):
+    for path in visible(lake):
         day = path.parent.name.removeprefix("event_date=")
         for row in pq.read_table(path).to_pylist():
             rows.append({**row, "event_date": day, "file": path.name})
@@ -39,9 +57,37 @@ def landed(lake: Path) -> list[dict[str, object]]:
 def landing_count_safe(lake: Path) -> int:
     """Rows in complete files (a file being renamed in place is read after the rename)."""
     total = 0
-    for path in (lake / "landed").rglob("*.parquet") if lake.exists() else []:
+    for path in visible(lake) if lake.exists() else []:
         try:
             total += pq.read_metadata(path).num_rows
         except FileNotFoundError:
             continue
     return total
+
+
+def per_offset(lake: Path) -> Counter[tuple[int, int]]:
+    """How often each ``(partition, offset)`` is in the lake's readable files."""
+    return Counter((int(str(r["_partition"])), int(str(r["_offset"]))) for r in landed(lake))
+
+
+def every_offset_once(ends: dict[int, int]) -> Counter[tuple[int, int]]:
+    """What :func:`per_offset` is for a lake holding each partition's ``ends`` exactly once."""
+    return Counter({(p, o): 1 for p, end in ends.items() for o in range(end)})
+
+
+def memory_landing(
+    broker: MemoryBroker, topic: str, lake: Path, group: str = "g", **settings: Any
+) -> Workload:
+    """A landing workload on the in-memory broker: files of 50 rows or 50 ms, fast commits and a
+    short drain, so engine faults run in well under a second."""
+    name = "landing"
+    landing = LandingSettings(lake, "events", name, "spec-1", flush_rows=50, flush_interval=0.05)
+    fast: dict[str, Any] = {"concurrency": 20, "commit_interval": 0.05, "drain_timeout": 2.0}
+    runner = RunnerSettings(name=name, landing=landing, **{**fast, **settings})
+    return Workload(
+        runner,
+        land_as_is,
+        [topic],
+        lambda on_commit: broker.consumer(group, on_commit),
+        identify=lambda topics: {t: SourceIdentity("kafka", "memory", t, "id-1") for t in topics},
+    )

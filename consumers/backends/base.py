@@ -13,6 +13,10 @@ A consumer's lifecycle, all on the one thread that owns it (``consumers.engine.s
       → close()
 
 Rebalance callbacks run inside ``consume()`` (librdkafka calls them there) or ``subscribe()``.
+An assigned partition is read from the group's committed position as it stands when
+``on_assign`` returns: a synchronous ``commit`` inside ``on_assign`` sets where reading starts
+(Kafka fetches the committed offsets after the callback; the engine sets a partition back this way
+when a landed file was damaged). Pulsar has no committed positions to set.
 """
 
 from __future__ import annotations
@@ -139,6 +143,11 @@ class ConsumerLike(Protocol):
 
     def high_watermark(self, part: PartitionKey) -> int:
         """The partition's end as the client last saw it (no broker round trip); -1 unknown."""
+        ...
+
+    def low_watermark(self, part: PartitionKey) -> int:
+        """The partition's earliest offset the broker still holds (a round trip; rare: when a
+        partition is set back); -1 unknown."""
         ...
 
     def positions(self, parts: list[PartitionKey]) -> dict[PartitionKey, int]:

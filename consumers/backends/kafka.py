@@ -182,6 +182,13 @@ class KafkaConsumer:
             return -1
         return int(high)
 
+    def low_watermark(self, part: PartitionKey) -> int:
+        try:
+            low, _ = self._client.get_watermark_offsets(TopicPartition(*part), timeout=10)
+        except KafkaException:
+            return -1
+        return int(low)
+
     def positions(self, parts: list[PartitionKey]) -> dict[PartitionKey, int]:
         try:
             found = self._client.position([TopicPartition(t, p) for t, p in parts])

@@ -60,6 +60,8 @@ class MemoryBroker:
         self._round_robin = 0
         #: Producing to these topics fails (to test failed writes).
         self.unavailable: set[str] = set()
+        #: Each partition's earliest offset still held (retention: :meth:`delete_before`).
+        self._earliest: dict[tuple[str, int], int] = {}
 
     def create_topic(self, topic: str, partitions: int = 1) -> None:
         with self._lock:
@@ -98,6 +100,11 @@ class MemoryBroker:
                 _Entry(None, None, None, -1) for _ in range(count)
             )
             self._lock.notify_all()
+
+    def delete_before(self, topic: str, partition: int, offset: int) -> None:
+        """Forget a partition's records below ``offset``, as retention does."""
+        with self._lock:
+            self._earliest[(topic, partition)] = offset
 
     def end_offsets(self, topic: str) -> list[int]:
         with self._lock:
@@ -198,7 +205,7 @@ class MemoryConsumer:
             if tp in self._paused:
                 continue
             log = self._broker._topics[tp[0]][tp[1]]
-            pos = self._positions[tp]
+            pos = max(self._positions[tp], self._broker._earliest.get(tp, 0))
             while pos < len(log) and len(out) < limit:
                 entry = log[pos]
                 if entry.timestamp != -1:
@@ -230,6 +237,9 @@ class MemoryConsumer:
             for tp in mine:
                 self._positions[tp] = max(group.committed.get(tp, (0, ""))[0], 0)
         self._call("on_assign", mine)
+        with b._lock:  # like Kafka: read from the position committed when on_assign returns
+            for tp in mine:
+                self._positions[tp] = max(group.committed.get(tp, (0, ""))[0], 0)
 
     def _range_assignment(self, group: _Group) -> list[tuple[str, int]]:
         members = group.members
@@ -291,6 +301,10 @@ class MemoryConsumer:
     def high_watermark(self, part: PartitionKey) -> int:
         with self._broker._lock:
             return len(self._broker._topics[part[0]][part[1]])
+
+    def low_watermark(self, part: PartitionKey) -> int:
+        with self._broker._lock:
+            return self._broker._earliest.get(part, 0)
 
     def positions(self, parts: list[PartitionKey]) -> dict[PartitionKey, int]:
         with self._broker._lock:

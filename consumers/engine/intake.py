@@ -3,7 +3,9 @@ the flow control that keeps a partition's buffer bounded.
 
 A partition pauses once its tracker holds ``limit`` delivered-but-incomplete records and resumes
 at half of it; the source thread keeps polling while paused (librdkafka's rebalance callbacks and
-``max.poll.interval.ms`` need it), so backpressure never blocks the poll loop.
+``max.poll.interval.ms`` need it), so backpressure never blocks the poll loop. A partition whose
+landing fails (a full disk: :mod:`consumers.landing.gates`) is *held*: paused whatever its
+buffer, until its files can be written again.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ class Intake:
         self._resume = resume
         #: Keep records in delivery order for the output sequencer (output topic only).
         self._sequenced = sequenced
+        #: Partitions whose landing fails: paused until it works again.
+        self._held: set[PartitionKey] = set()
 
     def file(self, messages: list[MessageLike], now: float) -> list[Record]:
         """File ``messages``; returns the records a previous owner already completed (their
@@ -131,11 +135,29 @@ class Intake:
             file(part, route(rec.key), ordered, rec)
 
     def pause_if_full(self, part: PartitionState) -> None:
-        if not part.paused and len(part.tracker) >= self._limit:
+        key = (part.topic, part.partition)
+        if not part.paused and (len(part.tracker) >= self._limit or key in self._held):
             part.paused = True
-            self._pause([(part.topic, part.partition)])
+            self._pause([key])
 
     def resume_if_drained(self, part: PartitionState) -> None:
-        if part.paused and len(part.tracker) <= self._limit // 2:
+        key = (part.topic, part.partition)
+        if part.paused and len(part.tracker) <= self._limit // 2 and key not in self._held:
             part.paused = False
-            self._resume([(part.topic, part.partition)])
+            self._resume([key])
+
+    def hold(self, topic: str, partition: int, held: bool) -> None:
+        """Landing of the partition fails (``held``: pause it, whatever its buffer) or works
+        again (resume it once its buffer allows); backpressure, so nothing is handled ahead."""
+        key = (topic, partition)
+        if held:
+            self._held.add(key)
+        else:
+            self._held.discard(key)
+        part = self._parts.get(key)
+        if part is None or part.closing:
+            return
+        if held:
+            self.pause_if_full(part)
+        else:
+            self.resume_if_drained(part)

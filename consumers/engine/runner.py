@@ -29,7 +29,7 @@ from consumers.engine.counters import WorkloadCounters
 from consumers.engine.crashes import CrashJournal, Isolation
 from consumers.engine.dispatch import Dispatch
 from consumers.engine.intake import Intake
-from consumers.engine.lake import Lake
+from consumers.engine.lake import Lake, Rewind
 from consumers.engine.lanes import lane_router
 from consumers.engine.partition import Lane, PartitionState
 from consumers.engine.producer import AckedProducer
@@ -130,6 +130,8 @@ class WorkloadRunner:
             control.resume,
             sequenced=self._resolver.sequenced,
         )
+        if self.landing is not None:  # a partition whose files fail to land pauses
+            self.landing.gates.on_blocked = self._intake.hold
         isolation = None
         self._crashes: CrashJournal | None = None
         if settings.crash_dir is not None and settings.mode == "single":
@@ -178,14 +180,16 @@ class WorkloadRunner:
             )
         )
 
-    def prepare_assignment(self, parts: Sequence[PartitionState]) -> None:
+    def prepare_assignment(
+        self, parts: Sequence[PartitionState], rewind: Rewind | None = None
+    ) -> None:
         """Before the first record of ``parts`` is read (on the source's thread): see
         :meth:`Lake.prepare`; and the partitions are marked held (:class:`CrashJournal`)."""
         if self._crashes is not None:
             for part in parts:
                 part.suspect = self._crashes.open(part.topic, part.partition)
         if self._lake is not None:
-            self._lake.prepare(parts)
+            self._lake.prepare(parts, rewind)
 
     def passed(self, positions: dict[PartitionKey, int]) -> None:
         """The client's positions (after every record below them was ingested): where a

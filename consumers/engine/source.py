@@ -344,8 +344,20 @@ class SourceThread:
         if self._watch is not None:
             self._watch.learn({topic for topic, _ in keys})
         # Blocking work (landing's topic ids and file clean-up) before any record is read.
-        self._runner.prepare_assignment(parts)
+        self._runner.prepare_assignment(parts, self._rewind)
         self._post(("assign", parts))
+
+    def _rewind(self, key: PartitionKey, offset: int) -> int:
+        """Inside ``on_assign``: read ``key`` from ``offset`` (below its committed position: a
+        damaged landed file was moved aside, :meth:`Lake.prepare`), or from the broker's
+        earliest offset when that is above; a synchronous commit here sets where reading starts
+        (the broker contract). Returns that start."""
+        assert self._consumer is not None
+        start = max(offset, self._consumer.low_watermark(key))
+        part = self.assigned[key]
+        if part.committed is not None and start < part.committed:
+            self._consumer.commit([(key[0], key[1], start, "")], asynchronous=False)
+        return start
 
     def _check_topics(self, offsets: list[CommitOffset]) -> None:
         """Before a commit that ends an assignment: ask the broker whether its topics are still

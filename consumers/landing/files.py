@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Final
 
 from consumers.config.loading import state_dir
 from consumers.landing.positions import build_index, days_from, in_days
+from consumers.landing.quarantine import read_footer, read_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -197,11 +198,16 @@ def _write_atomically(path: Path, table: pa.Table) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")
-    with temporary.open("wb") as sink:
-        pq.write_table(table, sink, compression="zstd")
-        sink.flush()
-        os.fsync(sink.fileno())
-    os.replace(temporary, path)
+    try:
+        with temporary.open("wb") as sink:
+            pq.write_table(table, sink, compression="zstd")
+            sink.flush()
+            os.fsync(sink.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        # A full disk fails every retry: leave no empty temporary behind each time.
+        temporary.unlink(missing_ok=True)
+        raise
     _fsync_dir(path.parent)
 
 
@@ -287,18 +293,25 @@ def trim_from(
     The file keeps its records before the position, rewritten atomically under its own name;
     the engine lands the rest again when it re-reads from there (:func:`clear_from` removes
     whole files past it). Files whose footer says they end below the position are not read.
+    Raises :class:`~consumers.errors.DamagedFile` for a file it cannot read (its footer or,
+    for a file it cuts, its rows), before changing any other file.
     """
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     changed = 0
     days = None if since is None else _days_from(lake, dataset, source, partition, since)
+    cut: list[tuple[Path, pa.Table]] = []
     for path, first in _offset_named(lake, dataset, source, partition, days):
         if first >= position or (since is not None and first < since):
             continue
-        if _highest_offset(path) < position:
-            continue
-        table = pq.read_table(path)
+        try:
+            if _highest_offset(path) < position:
+                continue
+            table = read_rows(path)
+        except FileNotFoundError:
+            continue  # removed since the listing
+        cut.append((path, table))
+    for path, table in cut:
         kept = table.filter(pc.less(table["_offset"], position))
         if kept.num_rows < table.num_rows:
             _write_atomically(path, kept)
@@ -308,9 +321,7 @@ def trim_from(
 
 def _highest_offset(path: Path) -> float:
     """The largest ``_offset`` in the file's footer statistics (infinity when it has none)."""
-    import pyarrow.parquet as pq
-
-    metadata = pq.read_metadata(path)
+    metadata = read_footer(path)
     column = metadata.schema.names.index("_offset")
     highest = -1.0
     for group in range(metadata.num_row_groups):

@@ -63,11 +63,15 @@ def write_bound(directory: Path, day: date, bound: int) -> None:
     marker = directory / day.isoformat()
     # Its own temporary: two writers (threads, or a partition's old and new owner) may race.
     temporary = directory / f".{marker.name}.{os.getpid()}.{threading.get_ident()}.tmp"
-    with temporary.open("w") as sink:
-        sink.write(str(bound))
-        sink.flush()
-        os.fsync(sink.fileno())
-    os.replace(temporary, marker)
+    try:
+        with temporary.open("w") as sink:
+            sink.write(str(bound))
+            sink.flush()
+            os.fsync(sink.fileno())
+        os.replace(temporary, marker)
+    except BaseException:
+        temporary.unlink(missing_ok=True)  # a full disk fails every retry: leave none behind
+        raise
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -8,8 +8,10 @@
 One buffer per (day, topic, partition): a file then holds one partition's records of one day,
 named by its first offset (:mod:`consumers.landing.files`); Pulsar files also carry a digest of
 their positions, since a redelivery is not cut where the first delivery was. A write that fails with an
-``OSError`` (disk full, permissions) is retried after a backoff with the same rows into the same
-name, the records uncommitted meanwhile; any other error fails the records' callbacks.
+``OSError`` (disk full, permissions) blocks its partition (:mod:`consumers.landing.gates`): the
+owner pauses the partition's intake, the write is retried with backoff (0.1 s to 5 s) with the
+same rows into the same name, the records uncommitted meanwhile, and the other writes of the
+partition wait for it; any other error fails the records' callbacks.
 
 Runs on the engine's loop; file writes run in threads (``asyncio.to_thread``), at most one per
 buffer at a time, so the loop never waits on a disk.
@@ -18,6 +20,7 @@ buffer at a time, so the loop never waits on a disk.
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import logging
 import time
@@ -29,6 +32,7 @@ from pathlib import Path
 
 from consumers.clock import Clock
 from consumers.landing.files import LandedRow, SourceIdentity, landed_path, write_landed
+from consumers.landing.gates import Gates
 from consumers.landing.positions import PositionIndex, index_dir
 from consumers.record import Record
 
@@ -36,8 +40,6 @@ __all__ = ["LandedFile", "LandingSettings", "LandingSink", "land_as_is"]
 
 log = logging.getLogger(__name__)
 
-#: Seconds before a failed file write is tried again.
-RETRY_SECONDS = 1.0
 _DAY_S = 86_400
 _DAY_MS = _DAY_S * 1000
 Done = Callable[[str | None], None]
@@ -106,6 +108,13 @@ class LandingSink:
         self.rows_landed = 0
         #: Files landed since the reporter last took them (bounded: reports may lag or be off).
         self.recent: deque[LandedFile] = deque(maxlen=10_000)
+        #: Partitions whose writes fail, and the work before their first file (below).
+        self.gates = Gates(clock.now)
+        #: Work to do before a partition's first file, set by the assignment when the disk
+        #: refused it (:meth:`consumers.engine.lake.Lake.prepare`); set from the source thread.
+        self.deferred: dict[tuple[str, int], Callable[[], object]] = {}
+        #: The last write failure, for the final report of records never landed.
+        self.failure: str | None = None
 
     def add(self, source: SourceIdentity, row: LandedRow, done: Done) -> None:
         """Buffer one record; ``done(None)`` once it is in a renamed file."""
@@ -138,6 +147,11 @@ class LandingSink:
     def pending(self, topic: str, partition: int) -> int:
         """Rows of a partition added but not landed yet (buffered or being written)."""
         return self._pending[(topic, partition)]
+
+    @property
+    def unlanded(self) -> int:
+        """Rows added and not landed, of every partition (after :meth:`abort`: never landed)."""
+        return sum(self._pending.values())
 
     def take_landed(self) -> list[LandedFile]:
         """The files landed since the last call, oldest first."""
@@ -206,34 +220,39 @@ class LandingSink:
             buffer.source.file_prefix(),
             buffer.partition,
         )
+        key = (buffer.source.topic, buffer.partition)
+        gates = self.gates
         while True:
+            opened = gates.waiting(key, buffer)
+            if opened is not None:  # another write of the partition probes the disk
+                await opened.wait()
+                continue
+            if key in self.deferred:
+                gates.hold(key, buffer)  # the deferred work runs once, before any file
             try:
-                # The day's bound first: a file the index does not cover is never cleared.
-                await asyncio.to_thread(self._positions.note, index, buffer.day, first)
-                await asyncio.to_thread(
-                    write_landed,
-                    path,
-                    buffer.source,
-                    buffer.rows,
-                    int(time.time() * 1000),
-                    settings.workload,
-                    settings.spec_hash,
-                )
+                await asyncio.to_thread(self._write, key, buffer, path, index, first)
                 break
             except OSError as exc:  # disk full, permissions: the records wait, uncommitted
-                log.warning(
-                    "workload %s: landing %d rows to %s failed (%s); retrying in %.0f s",
-                    settings.workload,
-                    len(buffer.rows),
-                    path,
-                    exc,
-                    RETRY_SECONDS,
-                )
-                await self._clock.sleep(RETRY_SECONDS)
+                delay = gates.failed(key, buffer)
+                if delay is not None:
+                    self._failed(buffer, path, exc, delay)
+                    await self._clock.sleep(delay)
             except Exception as exc:  # data the writer refuses: retrying would not help
+                gates.passed(key, buffer)
                 log.exception("workload %s: landing to %s failed", settings.workload, path)
                 self._settle(buffer, f"landing to {path} failed: {exc!r}")
                 return
+        recovered = gates.passed(key, buffer)
+        if recovered is not None:
+            log.warning(
+                "workload %s: landing to %s works again after %d failed attempts in %.1f s; "
+                "%s[%d] resumes",
+                settings.workload,
+                path,
+                recovered[0],
+                recovered[1],
+                *key,
+            )
         self.files_landed += 1
         self.rows_landed += len(buffer.rows)
         self.recent.append(
@@ -249,6 +268,42 @@ class LandingSink:
             )
         )
         self._settle(buffer, None)
+
+    def _write(
+        self, key: tuple[str, int], buffer: _Buffer, path: Path, index: Path, first: int
+    ) -> None:
+        """In a worker thread: the partition's deferred assignment work, the day's bound, the
+        file."""
+        work = self.deferred.get(key)
+        if work is not None:
+            work()
+            self.deferred.pop(key, None)
+        # The day's bound first: a file the index does not cover is never cleared.
+        self._positions.note(index, buffer.day, first)
+        settings = self.settings
+        write_landed(
+            path,
+            buffer.source,
+            buffer.rows,
+            int(time.time() * 1000),
+            settings.workload,
+            settings.spec_hash,
+        )
+
+    def _failed(self, buffer: _Buffer, path: Path, exc: OSError, delay: float) -> None:
+        """One line per backoff step: the workload, the partition, the path and the errno."""
+        code = errno.errorcode.get(exc.errno, "?") if exc.errno else "no errno"
+        where = f"{exc.filename}" if exc.filename else str(path)
+        self.failure = f"landing to {where} failed: {exc.strerror or exc} ({code})"
+        log.warning(
+            "workload %s: %s[%d]: %s; its intake is paused, %d rows wait, retrying in %.1f s",
+            self.settings.workload,
+            buffer.source.topic,
+            buffer.partition,
+            self.failure,
+            self._pending[(buffer.source.topic, buffer.partition)],
+            delay,
+        )
 
     def _settle(self, buffer: _Buffer, error: str | None) -> None:
         self._pending[(buffer.source.topic, buffer.partition)] -= len(buffer.rows)

@@ -26,7 +26,7 @@ from consumers.engine.runner import WorkloadRunner
 from consumers.engine.settings import RunnerSettings
 from consumers.engine.source import SourceThread
 from consumers.engine.tap import Tap
-from consumers.errors import LanehouseError
+from consumers.errors import LandingError, LanehouseError
 from consumers.execution.executors import Handler
 from consumers.execution.interceptors import Interceptor
 from consumers.permits.pool import LocalPermitPool, PermitPool
@@ -142,6 +142,7 @@ class ConsumerApp:
             if install_signal_handlers:
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.remove_signal_handler(sig)
+        failure = failure or self._unlanded()
         if failure is not None:
             raise failure
         seconds = self.clock.now() - started
@@ -207,6 +208,20 @@ class ConsumerApp:
             newest = max(busy_seen, *(r.last_ingest for r in runners))
             if self.clock.now() - newest >= idle:
                 return
+
+    def _unlanded(self) -> LandingError | None:
+        """A stop that left records unlanded (their files failed through the whole drain: a full
+        disk) is a failure, never a clean exit: their offsets stay uncommitted."""
+        lines = [
+            f"workload {name}: stopped with {sink.unlanded} records not landed "
+            f"({sink.failure or 'their files were still being written'}); their offsets are not "
+            "committed, the next run lands them"
+            for name, runner in self.runners.items()
+            if (sink := runner.landing) is not None and sink.unlanded
+        ]
+        for line in lines:
+            log.error("%s", line)
+        return LandingError("; ".join(lines)) if lines else None
 
     def _on_signal(self) -> None:
         self._signals += 1

@@ -233,13 +233,18 @@ def run_days(context: AssetExecutionContext) -> list[date]:
 
 
 def _write(
-    context: AssetExecutionContext, table: Table, frame: DataFrame, days: Sequence[date]
+    context: AssetExecutionContext,
+    table: Table,
+    frame: DataFrame,
+    days: Sequence[date],
+    skipped: Mapping[str, str] | None = None,
 ) -> MaterializeResult[Any]:
     """Write ``days`` of ``table``; the materialization with its row counts as written.
 
     A range run materializes every day of the range with the result's metadata, so each day's
     ``dagster/row_count`` is set on that day's partition alone (a day that holds no rows reads
-    0, not the range's total); the range's and the table's totals are named as such."""
+    0, not the range's total); the range's and the table's totals are named as such. Landed
+    files left out of the input (``skipped``) are reported: ``skipped_files``, ``_paths``."""
     root = lake_tables.table_root(lake_dir(), table.name)
     lake_tables.write_days(frame, root, days, context.run.run_id)
     per_day = lake_tables.row_counts(root, days)
@@ -256,6 +261,9 @@ def _write(
         "rows_per_day": MetadataValue.json({d.isoformat(): n for d, n in per_day.items()}),
         "path": MetadataValue.path(str(root)),
     }
+    if skipped is not None:
+        metadata["skipped_files"] = MetadataValue.int(len(skipped))
+        metadata["skipped_paths"] = MetadataValue.json(dict(skipped))
     return MaterializeResult(asset_key=table.key, metadata=metadata)
 
 
@@ -322,13 +330,16 @@ def _cleaning_asset(
     ) -> Iterator[MaterializeResult[Any] | AssetCheckResult]:
         spark, days = pyspark.session(), run_days(context)
         root = lake_tables.landed_root(lake_dir(), dataset)
-        landed = lake_tables.read_days(spark, root, LANDED_SCHEMA, days).cache()
+        read = lake_tables.read_landed(spark, root, LANDED_SCHEMA, days)
+        for path, why in read.skipped.items():
+            context.log.warning(f"landed file {path} left out: {why}")
+        landed = read.frame.cache()
         try:
             result = clean(landed)
             outputs = [(clean_table, result.clean), (quarantine_table, result.quarantined)]
             outputs.append((duplicates_table, result.duplicates))
             for table, frame in outputs:
-                yield _write(context, table, frame, days)
+                yield _write(context, table, frame, days, read.skipped)
             lake = lake_dir()
             written = [
                 lake_tables.read_days(spark, lake_tables.table_root(lake, t.name), t.schema, days)

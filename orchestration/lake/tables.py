@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from typing import Final
@@ -23,6 +24,8 @@ from typing import Final
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
+
+from consumers.landing.quarantine import quarantined
 
 #: The partition column of every lake table, landed or derived.
 PARTITION_COLUMN: Final = "event_date"
@@ -88,6 +91,47 @@ def read_all(spark: SparkSession, root: Path, schema: StructType) -> DataFrame:
     if not root.is_dir() or not any(has_data(d) for d in root.glob(f"{PARTITION_COLUMN}=*")):
         return spark.createDataFrame([], schema)
     return spark.read.schema(schema).parquet(str(root)).select(*schema.fieldNames())
+
+
+@dataclass(frozen=True)
+class LandedDays:
+    """A landed dataset's rows of some days, and the files left out of them."""
+
+    frame: DataFrame
+    #: Path -> why it was left out: moved aside by a consumer run (``quarantined``), or a file
+    #: in the day whose footer cannot be read (left where it is; the consumer moves it aside
+    #: and lands its records again when the partition is next assigned).
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def landed_inputs(root: Path, days: Sequence[date]) -> tuple[list[str], dict[str, str]]:
+    """A landed dataset's files of ``days`` whose footers can be read, and those left out
+    (:attr:`LandedDays.skipped`)."""
+    skipped = {str(path): "quarantined" for path in quarantined(root, days)}
+    readable: list[str] = []
+    for day in days:
+        for path in visible_files(day_dir(root, day)):
+            try:
+                pq.read_metadata(path)
+            except FileNotFoundError:
+                continue  # replaced or removed since the listing
+            except (OSError, ValueError) as exc:  # pyarrow: ArrowInvalid is a ValueError
+                skipped[str(path)] = f"unreadable: {exc}"
+                continue
+            readable.append(str(path))
+    return readable, skipped
+
+
+def read_landed(
+    spark: SparkSession, root: Path, schema: StructType, days: Sequence[date]
+) -> LandedDays:
+    """:func:`read_days` for a landed dataset, without the files that cannot be read: one
+    damaged file no longer fails the whole run (Spark would stop at it)."""
+    readable, skipped = landed_inputs(root, days)
+    if not readable:
+        return LandedDays(spark.createDataFrame([], schema), skipped)
+    frame = spark.read.schema(schema).option("basePath", str(root)).parquet(*readable)
+    return LandedDays(frame.select(*schema.fieldNames()), skipped)
 
 
 def write_days(frame: DataFrame, root: Path, days: Sequence[date], stage: str) -> None:

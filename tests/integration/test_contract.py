@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import time
 
 import pytest
 
@@ -293,6 +294,35 @@ async def test_offsets_after_the_last_record_are_committed_past_when_idle() -> N
     await ConsumerApp([workload(backend, topic, "g-marker", handler)]).run(until_idle=1.5)
     assert done == [0, 1, 2, 3, 4]
     assert backend.committed("g-marker", topic, 1) == backend.log_end(topic, 1) == {0: 6}
+
+
+def first_read_after_committing(backend: Backend, topic: str, start: int) -> list[int]:
+    """Join ``g-set-back`` committing ``start`` inside ``on_assign``; the first offset read."""
+    consumer = backend.factory("g-set-back")(lambda failure: None)
+
+    def assigned(keys: list[tuple[str, int]]) -> None:
+        consumer.commit([(topic, 0, start, "")], asynchronous=False)
+
+    consumer.subscribe(
+        [topic], on_assign=assigned, on_revoke=lambda k: None, on_lost=lambda k: None
+    )
+    first: list[int] = []
+    deadline = time.monotonic() + 30
+    while not first and time.monotonic() < deadline:
+        first += [m.offset() for m in consumer.consume(10, 0.2) if m.error() is None][:1]  # type: ignore[misc]
+    assert consumer.low_watermark((topic, 0)) == 0
+    consumer.close()
+    return first
+
+
+def test_a_commit_inside_on_assign_sets_where_reading_starts(kafka_backend: Backend) -> None:
+    """How the engine sets a partition back when a landed file below its position was damaged:
+    a synchronous commit inside ``on_assign`` is where reading starts, forward or back; and the
+    broker's earliest offset is known."""
+    topic = kafka_backend.make_topic(1)
+    kafka_backend.produce(topic, keyed_stream(100, keys=5))
+    assert first_read_after_committing(kafka_backend, topic, 60) == [60]
+    assert first_read_after_committing(kafka_backend, topic, 20) == [20]
 
 
 def test_duplicate_workload_names_are_rejected() -> None:

@@ -26,6 +26,7 @@ from dagster import (
 from pyspark.sql import DataFrame, SparkSession
 from typer.testing import CliRunner
 
+from consumers.landing.quarantine import move_aside
 from orchestration.cli import app
 from orchestration.demo.events import DemoRecord, expected_per_day, generate
 from orchestration.lake import tables as lake_tables
@@ -211,6 +212,29 @@ def test_a_day_without_landed_files_is_emptied_and_removed_files_vanish(
         root = lake_tables.table_root(lake.path, name)
         assert lake_tables.row_counts(root, [DAYS[1]]) == {DAYS[1]: 0}, name
     assert _lineage(spark, clean, DAYS[0]) == before - gone
+
+
+def test_a_damaged_or_quarantined_landed_file_is_skipped_and_reported(lake: Lake) -> None:
+    """Before: Spark failed the whole run at a landed file it could not read."""
+    files = lake.landed.files["clickstream", DAYS[0]]
+    damaged, moved = files[-1], files[-2]  # not the replayed first file
+    rows = {f: pq.read_metadata(f).num_rows for f in (damaged, moved)}
+    damaged.write_bytes(damaged.read_bytes()[:64])
+    aside = move_aside(lake_tables.landed_root(lake.path, "clickstream"), moved)
+
+    run = materialize_days(DAYS[0], DAYS[0], instance=lake.instance, assets=["clean_clicks"])
+    assert run.success and run.checks_passed
+    event = lake.instance.get_latest_materialization_event(AssetKey("clean_clicks"))
+    assert event is not None and event.asset_materialization is not None
+    metadata = event.asset_materialization.metadata
+    assert metadata["skipped_files"].value == 2
+    skipped = metadata["skipped_paths"].value
+    assert skipped[str(aside)] == "quarantined"  # type: ignore[index]
+    assert skipped[str(damaged)].startswith("unreadable: ")  # type: ignore[index]
+    counts = run.reconciliation["landed_clickstream"][DAYS[0]]
+    every = sum(pq.read_metadata(f).num_rows for f in files if f not in rows)
+    every += lake.landed.replayed["clickstream", DAYS[0]]  # the first file's second copy
+    assert counts.landed == every and counts.unaccounted == 0
 
 
 def _lineage(spark: SparkSession, root: Path, day: date) -> set[tuple[Any, ...]]:

@@ -248,6 +248,10 @@ class PulsarConsumer:
         """None: the offsets are this session's own numbering, without holes."""
         return {}
 
+    def low_watermark(self, part: PartitionKey) -> int:
+        """Unknown: this session's offsets say nothing of what the broker retains."""
+        return -1
+
     def close(self) -> None:
         """Close quietly: whatever was not acknowledged is redelivered, so a failing close (the
         broker gone) costs replays, not data."""
