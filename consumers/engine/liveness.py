@@ -48,6 +48,8 @@ class StallWatch:
         self.after = after
         self._clock = clock or RealClock()
         self._seen: dict[PartitionKey, _Seen] = {}
+        #: Partitions whose end the client does not know, since when (see :meth:`check`).
+        self._unknown: dict[PartitionKey, float] = {}
         #: Recoveries asked for since the source started.
         self.recoveries = 0
 
@@ -67,9 +69,30 @@ class StallWatch:
         for key, part in list(assigned.items()):
             position = positions.get(key, part.committed)
             end = part.high_watermark
+            if end is None and not (held or key in paused):
+                self._nudge_unknown(consumer, key, paused, now)
+                continue
+            self._unknown.pop(key, None)
             due = self.observe(key, position, end, held or key in paused, now)
             if due and self.recover(consumer, name, key, position, end):
                 paused.discard(key)
+
+    def _nudge_unknown(
+        self, consumer: ConsumerLike, key: PartitionKey, paused: set[PartitionKey], now: float
+    ) -> None:
+        """A client that never fetched a partition does not know its end (a paused one never
+        fetches), so no stall can be told: resume it quietly every ``after`` seconds. Harmless
+        when it is not paused; no recovery counted, since Pulsar's ends are often unknown."""
+        since = self._unknown.setdefault(key, now)
+        if now - since < self.after:
+            return
+        self._unknown[key] = now
+        try:
+            consumer.resume([key])
+        except BrokerError as exc:
+            log.debug("resuming %s[%d] failed: %s", key[0], key[1], exc)
+            return
+        paused.discard(key)
 
     def observe(
         self, key: PartitionKey, position: int | None, end: int | None, held: bool, now: float
@@ -138,3 +161,4 @@ class StallWatch:
 
     def forget(self, key: PartitionKey) -> None:
         self._seen.pop(key, None)
+        self._unknown.pop(key, None)

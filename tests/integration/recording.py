@@ -130,6 +130,16 @@ def poison_or_hang_sync(rec: Record) -> None:
     record_sync(rec)
 
 
+def record_blocking(rec: Record) -> None:
+    """A plain ``def`` :func:`record` that blocks (``time.sleep``, as on I/O) for up to
+    ``$LH_DELAY`` seconds; on threads or inline it knows its assignment, so ``epoch`` is real."""
+    time.sleep(random.random() * float(os.environ.get("LH_DELAY", "0")))
+    value = rec.json()
+    assert rec._part is not None
+    line = f"{value['key']} {value['seq']} {rec.partition} {rec.offset} {rec._part.generation}"
+    _write(line + "\n")
+
+
 #: The exit status of a process :func:`exit_on_poison` ended.
 POISON_EXIT = 41
 
