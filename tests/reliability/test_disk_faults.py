@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -89,12 +90,22 @@ def test_a_damaged_landed_file_is_moved_aside_and_landed_again(
         assert before == stopped_at[partition] and after >= damaged[partition][0]
     assert per_offset(lake) == every_offset_once(ends), "the lake is not exact per offset"
     assert verdict.lost == 0 and verdict.order_violations == 0 and verdict.committed == ends
+    stamps = [logged_at(line) for line in out.splitlines() if "assigned" in line]
+    stamps += [logged_at(line) for line in out.splitlines() if "restarts at" in line]
     print(
         verdict.line(
-            f"damaged landed files (truncated, zeroed), restart: both quarantined, lake exact, "
+            f"damaged landed files (truncated, zeroed), restart: both quarantined in "
+            f"{(max(stamps) - min(stamps)) * 1000:.0f} ms of assignment work, lake exact, "
             f"final run {seconds:.1f}s"
         ).replace(f"regressions={len(verdict.regressions)}", f"set_backs={len(set_backs)}")
     )
+
+
+def logged_at(line: str) -> float:
+    """A log line's time (``%(asctime)s``: ``2026-11-26 21:00:00,123 ...``), in seconds."""
+    day, clock = line.split()[:2]
+    moment = datetime.strptime(f"{day} {clock}", "%Y-%m-%d %H:%M:%S,%f")
+    return moment.timestamp()
 
 
 @contextmanager
