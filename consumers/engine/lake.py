@@ -61,8 +61,6 @@ class Lake:
         self._identify = identify
         self._identities: dict[str, SourceIdentity] = {}
         self.sink = LandingSink(settings, clock)
-        #: Damaged files moved aside by this workload's assignments.
-        self.quarantined = 0
 
     def prepare(self, parts: Sequence[PartitionState], rewind: Rewind | None = None) -> None:
         """Before the first record of ``parts`` is read (on the source's thread: it blocks):
@@ -203,7 +201,6 @@ class Lake:
             moved,
             fate,
         )
-        self.quarantined += 1
         if start < part.committed:
             part.committed = start
 
