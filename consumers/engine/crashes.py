@@ -3,26 +3,32 @@ code) cannot stop its workload forever.
 
 Nothing reaches the engine when the process itself dies, so it remembers, per assigned
 partition, that this process holds it: a small file under ``<state>/crashes/<workload>/``
-made on assignment and removed when the assignment ends (revoke, loss, drain). A file found on
-the next assignment means the last holder on this machine died holding the partition::
+made on assignment and removed when the assignment ends alive (revoke, loss, drain). A file
+found on the next assignment means the last holder on this machine died holding it::
 
-    no file, or 1 death in a row    normal (a kill -9 or the OOM killer is not a record's fault)
-    2 deaths in a row               suspect: the first ``window`` records from the position run
-                                    one at a time (one in the whole workload), each offset written
-                                    to the file before its call and cleared after it; later
-                                    records are tracked and wait until the window is done, then
-                                    run as usual
-    the file names a running record that record ended the process: it is dead-lettered without
-                                    running (no dead-letter topic: the workload stops, naming it,
-                                    and so does every run after it until the spec changes)
+    1 death, or deaths while the committed   normal: a process killed now and then while it
+    position moves on between them            makes progress (a deploy, the OOM killer, the
+                                              suite's kill -9) is no record's fault
+    2 deaths in a row, the position not       suspect: the first ``window`` records from the
+    moved between them                        position run one at a time in the workload, each
+                                              offset written to the file before its call and
+                                              cleared after it; later records are tracked and
+                                              wait until the window is done
+    a death while a suspect record ran        that record is *named*; it runs again, journaled
+    a second death while the named one ran    it is set aside: dead-lettered without running
+                                              (no dead-letter topic: the workload stops at it,
+                                              naming it, on every run until the file is removed)
 
-Bound: a record that ends the process is set aside after at most three deaths when it lies
-within ``window`` records of the position the second death left (the partition's buffer: a
-dead run never started records further out); each further death moves that position on or
-names another record. A partition the workload holds without suspicion (newly taken from
-another member) runs as usual meanwhile: if its handler ends the process, the suspect record
-running then is blamed (dead-lettered, so kept, not lost). The file is written with ``pwrite`` and no fsync: it must survive the
-process, not the machine. Batch and unique modes are not isolated (a batch is one call).
+Bound: a record that ends the process is set aside after at most four deaths in a row without
+the position moving, when it lies within ``window`` records of that position (the partition's
+buffer: a dead run never started records further out); earlier deaths move the position
+towards it. An external kill must hit the same record twice while it runs alone to blame it.
+A partition held without suspicion (newly taken from another member) runs as usual meanwhile:
+if its handler ends the process, the suspect record running then is named (it would need a
+second such death to be set aside). Offsets must mean the same record from run to run, so only
+Kafka workloads are isolated (Pulsar's are numbered afresh in each session). The file is
+written with ``pwrite`` and no fsync: it must survive the process, not the machine. Batch and
+unique modes are not isolated (a batch is one call).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import logging
 import math
 import os
 from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -49,18 +56,51 @@ log = logging.getLogger("lanehouse.engine")
 
 #: Deaths in a row holding a partition before its next assignment runs it as a suspect.
 SUSPECT_AFTER = 2
+#: Deaths while one record ran alone before it is set aside.
+STRIKES = 2
 #: The file's fixed size: every write replaces it whole, and a short one cannot be torn.
-_SIZE = 96
+_SIZE = 160
+
+
+@dataclass
+class Mark:
+    """What a partition's file says."""
+
+    #: Deaths in a row holding it without its committed position moving.
+    deaths: int = 0
+    #: The suspect record running now (None between calls).
+    running: int | None = None
+    #: The record named by deaths while it ran alone, and how many.
+    named: int | None = None
+    strikes: int = 0
+    #: The committed position the holder started from (None: nothing committed).
+    position: int | None = None
+
+    def after_death(self, position: int | None) -> Mark:
+        """The mark a new holder starting at ``position`` takes over from a dead one."""
+        named, strikes = self.named, self.strikes
+        if self.running is not None:
+            strikes = strikes + 1 if self.running == named else 1
+            named = self.running
+        moved = _above(position, self.position)
+        if moved and named is None:
+            return Mark(1, None, None, 0, position)
+        return Mark(self.deaths + 1, None, named, strikes, position)
+
+    def write(self, fd: int) -> None:
+        os.pwrite(fd, json.dumps(asdict(self)).encode().ljust(_SIZE), 0)
+
+
+def _above(position: int | None, before: int | None) -> bool:
+    return (position if position is not None else -1) > (before if before is not None else -1)
 
 
 class Suspect:
     """One partition's suspect window (see the module docstring); loop thread only."""
 
-    def __init__(self, fd: int, deaths: int, culprit: int | None, window: int) -> None:
+    def __init__(self, fd: int, mark: Mark, window: int) -> None:
         self._fd = fd
-        self.deaths = deaths
-        #: The offset that was running when the process died, if the file named one.
-        self.culprit = culprit
+        self.mark = mark
         self._window = window
         #: One past the window's last offset, set by its first record.
         self.until: int | None = None
@@ -77,23 +117,38 @@ class Suspect:
             self.until = offset + self._window
         return offset < self.until
 
-    def running(self, offset: int) -> None:
-        _write(self._fd, self.deaths, offset, self.culprit)
+    def culprit(self, offset: int) -> bool:
+        """Whether ``offset`` ended the process often enough to be set aside."""
+        return offset == self.mark.named and self.mark.strikes >= STRIKES
 
-    def ran(self) -> None:
-        _write(self._fd, self.deaths, None, self.culprit)
+    def running(self, offset: int) -> None:
+        self.mark.running = offset
+        self.mark.write(self._fd)
+
+    def ran(self, offset: int) -> None:
+        """``offset`` returned: no record is running, and a named one is cleared."""
+        mark = self.mark
+        mark.running = None
+        if offset == mark.named:
+            mark.named, mark.strikes = None, 0
+        mark.write(self._fd)
+
+    def set_aside(self) -> None:
+        self.mark.named, self.mark.strikes = None, 0
+        self.mark.write(self._fd)
 
     def reason(self) -> str:
         return (
-            f"the handler ended the process while handling this record ({self.deaths} deaths "
-            "in a row holding its partition; os._exit, a signal or a crash in native code); "
-            "it was not run again"
+            "the handler ended the process while handling this record "
+            f"({self.mark.strikes} deaths while it ran alone; os._exit, a signal or a crash in "
+            "native code); it was not run again"
         )
 
     def calm(self) -> None:
         """The window is done: the partition runs as usual again, and a later death counts
         from one."""
-        _write(self._fd, 0, None, None)
+        self.mark.deaths = 0
+        self.mark.write(self._fd)
 
 
 class CrashJournal:
@@ -104,32 +159,36 @@ class CrashJournal:
         self._window = window
         self._fds: dict[tuple[str, int], int] = {}
 
-    def open(self, topic: str, partition: int) -> Suspect | None:
-        """Mark ``topic[partition]`` held by this process; a :class:`Suspect` when earlier
-        holders died holding it. File errors are logged, never raised: isolation is a safety
-        net, and a workload must not stop because its state directory is read-only."""
+    def open(self, topic: str, partition: int, position: int | None) -> Suspect | None:
+        """Mark ``topic[partition]`` held by this process from its committed ``position``; a
+        :class:`Suspect` when earlier holders died holding it. File errors are logged, never
+        raised: isolation is a safety net, and a workload must not stop because its state
+        directory is read-only."""
         path = self._path(topic, partition)
         try:
             self._dir.mkdir(parents=True, exist_ok=True)
-            deaths, culprit = _read(path)
+            mark = _read(path, position)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             log.warning("crash isolation off for %s[%d]: %s", topic, partition, exc)
             return None
         self._fds[(topic, partition)] = fd
-        _write(fd, deaths, None, culprit)
-        if deaths < SUSPECT_AFTER and culprit is None:
+        mark.write(fd)
+        if mark.deaths < SUSPECT_AFTER and mark.named is None:
             return None
         log.warning(
-            "%s[%d]: the last %d processes holding it died (%s); running the next %d records "
-            "one at a time and setting aside any that ends the process",
+            "%s[%d]: the last %d processes holding it died without its position moving (%s); "
+            "running the next %d records one at a time and setting aside one that ends the "
+            "process twice",
             topic,
             partition,
-            deaths,
-            f"offset {culprit} was running" if culprit is not None else "no record named",
+            mark.deaths,
+            f"offset {mark.named} was running {mark.strikes}x"
+            if mark.named is not None
+            else "no record named yet",
             self._window,
         )
-        return Suspect(fd, deaths, culprit, self._window)
+        return Suspect(fd, mark, self._window)
 
     def close(self, topic: str, partition: int, keep: bool = False) -> None:
         """The assignment ended with the process alive: forget the partition (``keep``: the
@@ -149,26 +208,18 @@ class CrashJournal:
         return self._dir / f"{quote(topic, safe='')}-{partition}"
 
 
-def _read(path: Path) -> tuple[int, int | None]:
-    """(deaths in a row, the culprit: the offset running at the last death, or one named
-    earlier and not set aside yet) from an existing file; (0, None) without one."""
+def _read(path: Path, position: int | None) -> Mark:
+    """The mark a holder starting at ``position`` takes: a fresh one without a file, else the
+    dead holder's after its death."""
     try:
         text = path.read_bytes().decode(errors="replace").strip()
     except FileNotFoundError:
-        return 0, None
+        return Mark(position=position)
     try:
-        data = json.loads(text)
-        deaths, culprit = int(data["deaths"]), data["running"]
-        if culprit is None:
-            culprit = data["culprit"]
-    except (ValueError, KeyError, TypeError):
-        return 1, None  # unreadable: it existed, so the holder died
-    return deaths + 1, int(culprit) if culprit is not None else None
-
-
-def _write(fd: int, deaths: int, running: int | None, culprit: int | None) -> None:
-    state = {"deaths": deaths, "running": running, "culprit": culprit}
-    os.pwrite(fd, json.dumps(state).encode().ljust(_SIZE), 0)
+        dead = Mark(**json.loads(text))
+    except (ValueError, TypeError):
+        return Mark(1, position=position)  # unreadable: it existed, so the holder died
+    return dead.after_death(position)
 
 
 #: The lane every record of a suspect window runs in: one at a time, in offset order.
@@ -203,7 +254,7 @@ class Isolation:
     async def call(
         self, worker: Worker, rec: Record, suspect: Suspect
     ) -> tuple[Outcome, HandlerError | None]:
-        if rec.offset == suspect.culprit:
+        if suspect.culprit(rec.offset):
             if not self._dead_letters:
                 suspect.keep = True
                 self._fail(
@@ -215,8 +266,8 @@ class Isolation:
                     )
                 )
                 return Retry(after=3600.0), None  # never runs: the workload is stopping
-            suspect.culprit = None
-            suspect.ran()
+            reason = suspect.reason()
+            suspect.set_aside()
             log.error(
                 "workload %s: %s[%d]@%d key=%r: %s; dead-lettering it",
                 self._name,
@@ -224,9 +275,9 @@ class Isolation:
                 rec.partition,
                 rec.offset,
                 rec.key,
-                suspect.reason(),
+                reason,
             )
-            return DeadLetter(suspect.reason()), None
+            return DeadLetter(reason), None
         worker.started = math.inf  # waiting for its turn is not running: no timeout yet
         async with self._turn:
             worker.started = self._now()
@@ -234,4 +285,4 @@ class Isolation:
             try:
                 return await self._call(worker, rec)
             finally:
-                suspect.ran()
+                suspect.ran(rec.offset)

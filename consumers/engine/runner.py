@@ -187,7 +187,7 @@ class WorkloadRunner:
         :meth:`Lake.prepare`; and the partitions are marked held (:class:`CrashJournal`)."""
         if self._crashes is not None:
             for part in parts:
-                part.suspect = self._crashes.open(part.topic, part.partition)
+                part.suspect = self._crashes.open(part.topic, part.partition, part.committed)
         if self._lake is not None:
             self._lake.prepare(parts, rewind)
 

@@ -99,21 +99,26 @@ async def hang_from(rec: Record) -> None:
     await record(rec)
 
 
+#: The first record of each of these keys misbehaves (:func:`_bad`).
+_BAD_KEYS = {"k0": "poison", "k1": "hang", "k2": "exit"}
+
+
 def _bad(rec: Record) -> str | None:
     """``poison`` for key ``k0``'s first record (it always fails), ``hang`` for ``k1``'s (it
-    never returns), else None."""
+    never returns), ``exit`` for ``k2``'s (it raises ``SystemExit``), else None."""
     value = rec.json()
-    if value["seq"] == 0 and value["key"] in ("k0", "k1"):
-        return "poison" if value["key"] == "k0" else "hang"
-    return None
+    return _BAD_KEYS.get(value["key"]) if value["seq"] == 0 else None
 
 
 async def poison_or_hang(rec: Record) -> None:
-    """Like :func:`record`, but a poison record (:func:`_bad`) raises and a hanging one awaits
-    forever: the workload's timeout, retries and dead letter must settle both."""
+    """Like :func:`record`, but a poison record (:func:`_bad`) raises (``RuntimeError``, or
+    ``SystemExit``) and a hanging one awaits forever: the workload's timeout, retries and dead
+    letter must settle all three."""
     bad = _bad(rec)
     if bad == "poison":
         raise RuntimeError("poison pill")
+    if bad == "exit":
+        raise SystemExit(3)
     if bad == "hang":
         await asyncio.Event().wait()
     await record(rec)
@@ -125,6 +130,8 @@ def poison_or_hang_sync(rec: Record) -> None:
     bad = _bad(rec)
     if bad == "poison":
         raise RuntimeError("poison pill")
+    if bad == "exit":
+        raise SystemExit(3)
     if bad == "hang":
         time.sleep(3600)
     record_sync(rec)

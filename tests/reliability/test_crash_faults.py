@@ -23,8 +23,8 @@ pytestmark = pytest.mark.reliability
 PARTITIONS = 3
 RECORDS = 1_500
 KEYS = 30
-#: Three deaths at most (docs/reliability.md), then a run that finishes or stops clearly.
-MOST_RUNS = 5
+#: Four deaths at most (docs/reliability.md), then a run that finishes or stops clearly.
+MOST_RUNS = 6
 
 
 Run = tuple[int, str, Path]
@@ -56,7 +56,7 @@ def runs_until_settled(spec: Path, tmp_path: Path) -> list[Run]:
     return runs
 
 
-def test_a_handler_that_ends_the_process_is_set_aside_after_three_deaths(
+def test_a_handler_that_ends_the_process_is_set_aside_after_four_deaths(
     kafka_broker: TansuBroker, topic_factory, tmp_path: Path
 ) -> None:
     topic, dlq = topic_factory(PARTITIONS), topic_factory(1)
@@ -73,7 +73,7 @@ def test_a_handler_that_ends_the_process_is_set_aside_after_three_deaths(
     )
     runs = runs_until_settled(spec, tmp_path)
 
-    assert [status for status, *_ in runs] == [POISON_EXIT] * 3 + [0], runs[-1][1][-3000:]
+    assert [status for status, *_ in runs] == [POISON_EXIT] * 4 + [0], runs[-1][1][-3000:]
     backend = TansuBackend(kafka_broker)
     [dead] = [r for part in backend.read(dlq, 1) for r in part]
     value = json.loads(dead.value or b"")
@@ -102,7 +102,7 @@ def test_without_dead_letters_the_workload_stops_at_the_record_and_names_it(
     )
     runs = runs_until_settled(spec, tmp_path)
     status, out, _ = runs[-1]
-    assert [s for s, *_ in runs[:-1]] == [POISON_EXIT] * 3 and status not in (0, POISON_EXIT)
+    assert [s for s, *_ in runs[:-1]] == [POISON_EXIT] * 4 and status not in (0, POISON_EXIT)
     assert "ended the process" in out and "no dead-letter topic" in out, out[-3000:]
     # The next run stops at the same record, with the same words, without dying on it.
     again, words, _ = one_run(spec, tmp_path, MOST_RUNS)

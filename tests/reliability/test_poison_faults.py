@@ -1,6 +1,7 @@
 """Poison and hangs, for each way a handler runs, checked by the suite's one verifier
-(``verifier.py``) on a real broker (Tansu): a key whose first record always fails and one whose
-first record never returns, a clean stop (SIGTERM) while records flow, then a run to idleness.
+(``verifier.py``) on a real broker (Tansu): a key whose first record always fails, one whose
+first record never returns and one whose first record raises ``SystemExit``, a clean stop
+(SIGTERM) while records flow, then a run to idleness.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ PARTITIONS = 4
 KEYS = 100
 RECORDS = 4_000
 #: The records the handler never completes (``tests.integration.recording._bad``).
-BAD = {("k0", 0), ("k1", 0)}
+BAD = {("k0", 0), ("k1", 0), ("k2", 0)}
 DRAIN = 2.0
 EXECUTORS = {
     "async": ("poison_or_hang", "", 0.005),
