@@ -7,7 +7,8 @@
     │   └── HandlerTimeout   the handler ran past the workload's timeout
     ├── BrokerError          the broker or client reported an error the engine cannot absorb
     │   ├── TopicMissing     the broker says a topic does not exist
-    │   └── TopicReplaced    a topic was deleted or recreated under a running workload
+    │   ├── TopicReplaced    a topic was deleted or recreated under a running workload
+    │   └── SinkWriteError   an output or dead letter cannot be written (refused, or past its bound)
     ├── DeadLetterRatioExceeded  the safety valve stopped a workload dead-lettering too much
     ├── LandingError         a landed file cannot be written and a retry would not help
     │   └── DamagedFile      a landed file cannot be read (it is moved aside, not deleted)
@@ -23,6 +24,8 @@ for a bad record.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 
 class LanehouseError(Exception):
@@ -80,6 +83,33 @@ class TopicReplaced(BrokerError):
     """A topic a workload reads was deleted, or deleted and created again, while it ran: its
     positions belong to the old log, so they are never committed, and the workload must start
     again to read the topic as it is now."""
+
+
+class SinkWriteError(BrokerError):
+    """A record's output or dead letter cannot be written: the client or broker refused it for
+    good (too large, not authorized), or a dead letter still failed past its write timeout. The
+    workload stops; the record, and everything after it in its partition, stays uncommitted."""
+
+    def __init__(
+        self,
+        workload: str,
+        kind: Literal["output", "dead letter"],
+        sink: str,
+        record: tuple[str, int, int],
+        reason: str,
+    ) -> None:
+        self.workload = workload
+        self.kind = kind
+        self.sink = sink
+        self.topic, self.partition, self.offset = record
+        self.reason = reason
+        where = f"{self.topic}[{self.partition}]@{self.offset}"
+        what = f"output write for {where}" if kind == "output" else f"dead-letter write of {where}"
+        why = " so the output order is never broken" if kind == "output" else ""
+        super().__init__(
+            f"workload {workload}: {what} to {sink} failed ({reason}); stopping{why} (the record "
+            "is not committed)"
+        )
 
 
 class DeadLetterRatioExceeded(LanehouseError):

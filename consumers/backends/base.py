@@ -162,15 +162,45 @@ class ConsumerLike(Protocol):
 ConsumerFactory = Callable[[CommitResult], ConsumerLike]
 
 
+class DeliveryError(Exception):
+    """Why a record was not written, and whether sending it again can succeed.
+
+    ``permanent``: the same record fails the same way however often it is sent (larger than the
+    client's or the topic's limit, not authorized, an invalid topic).
+    """
+
+    def __init__(self, reason: str, *, permanent: bool) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.permanent = permanent
+
+
+def delivery_failure(error: object) -> DeliveryError:
+    """What a failure means where the client says nothing more: a ``DeliveryError`` as it is;
+    an exception ``produce`` raised is permanent (the same record is refused again); any other
+    delivery error is transient."""
+    if isinstance(error, DeliveryError):
+        return error
+    if isinstance(error, Exception):
+        return DeliveryError(f"{type(error).__name__}: {error}", permanent=True)
+    return DeliveryError(str(error), permanent=False)
+
+
 class ProducerLike(Protocol):
     """The producer contract (shaped like ``confluent_kafka.Producer``): ``produce`` queues a
     record and ``on_delivery(error, message)`` reports it from inside ``poll``/``flush``, with
-    ``error`` None on success."""
+    ``error`` None on success. ``produce`` raises ``BufferError`` while its queue is full (try
+    again shortly), any other exception for a record it refuses; :meth:`delivery_error` says
+    what such an error means (read only on failures: the hot path stays the client's own)."""
 
     def produce(self, topic: str, value: Any = None, key: Any = None, **kw: Any) -> None: ...
     def poll(self, timeout: float = -1) -> int: ...
     def flush(self, timeout: float = -1) -> int: ...
     def close(self) -> Any: ...
+
+    def delivery_error(self, error: object) -> DeliveryError:
+        """``error`` (passed to ``on_delivery``, or raised by ``produce``), told permanent or not."""
+        ...
 
 
 ProducerFactory = Callable[[], ProducerLike]

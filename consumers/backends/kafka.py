@@ -17,7 +17,6 @@ from confluent_kafka import (
     Consumer,
     KafkaError,
     KafkaException,
-    Producer,
     TopicCollection,
     TopicPartition,
 )
@@ -34,6 +33,7 @@ from consumers.backends.base import (
     ProducerLike,
     Rebalance,
 )
+from consumers.backends.kafka_producer import KafkaProducer, record_limit
 from consumers.errors import BrokerError, TopicMissing
 from consumers.landing.files import SourceIdentity
 
@@ -94,11 +94,21 @@ def producer_properties(client_config: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def kafka_producer_factory(client_config: Mapping[str, Any]) -> ProducerFactory:
+def kafka_producer_factory(
+    client_config: Mapping[str, Any], source_config: Mapping[str, Any] | None = None
+) -> ProducerFactory:
     """An idempotent producer (ordered, no duplicates on internal retries) for a workload;
-    ``linger.ms`` is 5 unless the properties say otherwise."""
-    config = {"linger.ms": 5, **producer_properties(client_config), "enable.idempotence": True}
-    return lambda: cast(ProducerLike, Producer(config))
+    ``linger.ms`` is 5 and ``message.max.bytes`` fits any record the source's consumer
+    (``source_config``, else ``client_config``) can deliver (:func:`record_limit`), unless the
+    properties say otherwise."""
+    limit = record_limit(client_config if source_config is None else source_config)
+    config = {
+        "linger.ms": 5,
+        "message.max.bytes": limit,
+        **producer_properties(client_config),
+        "enable.idempotence": True,
+    }
+    return lambda: cast(ProducerLike, KafkaProducer(config))
 
 
 def kafka_backend(client_config: Mapping[str, Any], landing: bool) -> Backend:

@@ -21,9 +21,11 @@ from consumers.backends.base import (
     NO_OFFSET,
     CommitOffset,
     CommitResult,
+    DeliveryError,
     PartitionKey,
     PlainMessage,
     Rebalance,
+    delivery_failure,
 )
 from consumers.errors import BrokerError
 
@@ -62,6 +64,9 @@ class MemoryBroker:
         self.unavailable: set[str] = set()
         #: Each partition's earliest offset still held (retention: :meth:`delete_before`).
         self._earliest: dict[tuple[str, int], int] = {}
+        #: A record larger than this (key, value and headers) fails for good on the topic, as
+        #: one over a Kafka topic's ``max.message.bytes`` does.
+        self.max_message_bytes: dict[str, int] = {}
 
     def create_topic(self, topic: str, partitions: int = 1) -> None:
         with self._lock:
@@ -338,7 +343,7 @@ class MemoryProducer:
     def __init__(self, broker: MemoryBroker) -> None:
         self._broker = broker
         self._lock = threading.Lock()
-        self._callbacks: list[tuple[Callable[[Any, Any], None], str | None]] = []
+        self._callbacks: list[tuple[Callable[[Any, Any], None], object]] = []
 
     def produce(
         self,
@@ -349,8 +354,12 @@ class MemoryProducer:
         on_delivery: Callable[[Any, Any], None] | None = None,
         **_: Any,
     ) -> None:
-        error = None
-        if topic in self._broker.unavailable or topic not in self._broker._topics:
+        error: object = None
+        limit = self._broker.max_message_bytes.get(topic)
+        size = len(key or b"") + len(value or b"") + sum(len(k) + len(v) for k, v in headers or ())
+        if limit is not None and size > limit:
+            error = DeliveryError(f"{size} bytes, over {topic}'s {limit}", permanent=True)
+        elif topic in self._broker.unavailable or topic not in self._broker._topics:
             error = f"topic {topic} unavailable"
         else:
             self._broker.produce(topic, value, key, headers=headers)
@@ -370,6 +379,10 @@ class MemoryProducer:
     def flush(self, timeout: float = -1) -> int:
         self.poll(0)
         return 0
+
+    def delivery_error(self, error: object) -> DeliveryError:
+        """Over a topic's ``max_message_bytes``: permanent; an unavailable topic: transient."""
+        return delivery_failure(error)
 
     def close(self) -> None:
         """Nothing to release: deliveries are served by :meth:`poll`."""

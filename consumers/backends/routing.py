@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from consumers.backends.base import ProducerFactory, ProducerLike
+from consumers.backends.base import DeliveryError, ProducerFactory, ProducerLike
 
 
 class RoutedProducer:
@@ -39,6 +39,10 @@ class RoutedProducer:
             budget = -1.0 if deadline is None else max(deadline - time.monotonic(), 0.0)
             left += producer.flush(budget)
         return left
+
+    def delivery_error(self, error: object) -> DeliveryError:
+        """As its producers say: they are of one kind, the source's."""
+        return self._producers[0].delivery_error(error)
 
     def close(self) -> None:
         for producer in self._producers:

@@ -74,7 +74,7 @@ ENGINE_OWNED: Final[Mapping[str, str]] = {
     "logger": "the engine routes client logs itself",
     "block_if_queue_full": "the engine never blocks on a full send queue; it retries shortly",
     "max_pending_messages": "the engine bounds unacknowledged sends itself",
-    "batching_enabled": "the engine's producers always batch",
+    "batching_enabled": "the engine batches outputs and sends dead letters unbatched (in chunks when over the broker's limit)",
 }
 
 

@@ -59,6 +59,9 @@ class DeadLetterSpec(_Sink):
     window: int = Field(default=1000, ge=1)
     #: Replayed by the ``dead_letter_replay`` schedule (Kafka only) once that is switched on.
     scheduled_replay: bool = False
+    #: A dead letter refused for good stops the workload at once; one failing otherwise is sent
+    #: again for this long after its first send, then the workload stops.
+    write_timeout: Duration = Field(default=300.0, gt=0)
     #: A dead letter replayed this often already is left where it is.
     max_replays: int = Field(default=3, ge=1)
 

@@ -283,6 +283,7 @@ _CLUSTER_FIELDS: tuple[tuple[str, str, object], ...] = (
         for sink in ("output", "dead_letter")
         for field, unset in (("cluster", None), ("config", {}))
     ),
+    ("dead_letter", "write_timeout", 300.0),
 )
 
 

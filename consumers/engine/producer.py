@@ -6,7 +6,9 @@
 
 A record's offset may be committed only after its outputs or dead letter are acknowledged, so
 ``on_done`` is where the engine completes it. When the client's local queue is full, ``send``
-retries shortly on the loop instead of blocking it.
+retries shortly on the loop instead of blocking it. A failure reaches ``on_done`` as a
+:class:`DeliveryError` (the client's ``delivery_error``) that says whether sending the record
+again can succeed.
 """
 
 from __future__ import annotations
@@ -17,11 +19,11 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from consumers.backends.base import ProducerFactory
+from consumers.backends.base import DeliveryError, ProducerFactory
 
 log = logging.getLogger("lanehouse.producer")
 
-Done = Callable[[str | None], None]
+Done = Callable[[DeliveryError | None], None]
 Headers = list[tuple[str, bytes]] | None
 #: Seconds before records refused for a full client queue are handed over again.
 BACKLOG_RETRY_SECONDS = 0.005
@@ -65,27 +67,28 @@ class AckedProducer:
             self._hand_over()
 
     def _hand_over(self) -> None:
-        backlog, loop = self._backlog, self._loop
+        backlog, loop, explain = self._backlog, self._loop, self._client.delivery_error
         while backlog:
             topic, key, value, headers, on_done = backlog[0]
             if self._closed:
                 backlog.popleft()
-                self._finish(on_done, "the producer is closed")
+                self._finish(on_done, DeliveryError("the producer is closed", permanent=False))
                 continue
 
             def delivered(err: object, _msg: object, on_done: Done = on_done) -> None:
-                loop.call_soon_threadsafe(self._finish, on_done, None if err is None else str(err))
+                failure = None if err is None else explain(err)
+                loop.call_soon_threadsafe(self._finish, on_done, failure)
 
             try:
                 self._client.produce(topic, value, key, headers=headers, on_delivery=delivered)
             except BufferError:
                 loop.call_later(BACKLOG_RETRY_SECONDS, self._hand_over)
                 return
-            except Exception as exc:  # refused for good: the caller's failure path decides
-                loop.call_soon(self._finish, on_done, f"{type(exc).__name__}: {exc}")
+            except Exception as exc:  # refused outright (too large, bad type...)
+                loop.call_soon(self._finish, on_done, explain(exc))
             backlog.popleft()
 
-    def _finish(self, on_done: Done, error: str | None) -> None:
+    def _finish(self, on_done: Done, error: DeliveryError | None) -> None:
         self.in_flight -= 1
         on_done(error)
 

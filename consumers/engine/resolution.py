@@ -17,9 +17,10 @@
     until earlier ones are resolved); a record completes (may be committed) only when every
     output and its dead letter, if any, are acknowledged.
 
-A dead-letter write that fails is retried forever: the record is never completed without it.
-An output write that fails stops the workload: retrying it would break the output order; so
-does a landed file the writer refuses (the sink itself retries I/O errors).
+A dead-letter write that fails is sent again while that can help, for up to ``write_timeout``
+(:mod:`consumers.engine.dead_letter`), else the workload stops: the record never completes
+without it. An output write that fails stops the workload: retrying it would break the output
+order; so does a landed file the writer refuses (the sink itself retries I/O errors).
 The safety valve (:class:`~consumers.engine.valve.ValveWindow`) stops the workload before
 the dead-letter ratio over the last ``window`` resolved records exceeds ``max_ratio``.
 """
@@ -34,13 +35,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from consumers.backends.base import Position
+from consumers.backends.base import DeliveryError, Position
 from consumers.clock import Clock
 from consumers.dead_letters.headers import encode_dead_letter_headers
 from consumers.engine.counters import WorkloadCounters
+from consumers.engine.dead_letter import DeadLetterWriter
 from consumers.engine.producer import AckedProducer
 from consumers.engine.valve import ValveWindow
-from consumers.errors import BrokerError, DeadLetterRatioExceeded, HandlerError, LandingError
+from consumers.errors import DeadLetterRatioExceeded, HandlerError, LandingError, SinkWriteError
 from consumers.landing.files import LandedRow, SourceIdentity
 from consumers.landing.sink import LandingSink
 from consumers.outcomes import DeadLetter, Drop, Forward, Land, Outcome, OutputRecord, Retry
@@ -87,6 +89,8 @@ class DeadLetterPolicy:
     topic: str
     max_ratio: float = 0.2
     window: int = 1000
+    #: Seconds a dead letter failing with transient errors is sent again before the workload stops.
+    write_timeout: float = 300.0
 
 
 @dataclass
@@ -139,6 +143,22 @@ class Resolver:
             ValveWindow(dead_letter.window, dead_letter.max_ratio) if dead_letter else None
         )
         self._timers: set[asyncio.Task[None]] = set()
+        self._letters = (
+            DeadLetterWriter(
+                name,
+                dead_letter.topic,
+                dead_letter.write_timeout,
+                producer,
+                clock,
+                counters,
+                backoff=lambda: self.retry.delay(2, self._rng),
+                later=self._later,
+                written=self._acked,
+                fail=self._fail,
+            )
+            if dead_letter is not None and producer is not None
+            else None
+        )
 
     # ------------------------------------------------------------------ outcomes
 
@@ -266,8 +286,8 @@ class Resolver:
         return self._valve.used if self._valve is not None else None
 
     def _to_dead_letter(self, rec: Record, error_type: str, message: str) -> bool:
-        policy, valve = self.dead_letter, self._valve
-        if policy is None or valve is None:
+        policy, valve, letters = self.dead_letter, self._valve, self._letters
+        if policy is None or valve is None or letters is None:
             self._fail(
                 self._misuse(rec, "returned DeadLetter but the workload has no dead-letter topic")
             )
@@ -299,33 +319,11 @@ class Resolver:
         )
         rec._pending += 1
         self._counters.dead_lettered += 1
-        self._send_dead_letter(rec, headers)
+        letters.write(rec, headers)
         if self.sequenced:
             rec._outputs = []
             self._emit(rec._part)
         return False
-
-    def _send_dead_letter(self, rec: Record, headers: list[tuple[str, bytes]]) -> None:
-        assert self._producer is not None and self.dead_letter is not None
-        topic = self.dead_letter.topic
-
-        def on_done(error: str | None) -> None:
-            if error is None:
-                self._acked(rec)
-                return
-            self._counters.dead_letter_write_failures += 1
-            log.warning(
-                "workload %s: dead-letter write of %s[%d]@%d to %s failed (%s); retrying",
-                self.name,
-                rec.topic,
-                rec.partition,
-                rec.offset,
-                topic,
-                error,
-            )
-            self._later(self.retry.delay(2, self._rng), self._send_dead_letter, rec, headers)
-
-        self._producer.send(topic, rec.key, rec.value, headers, on_done)
 
     # ------------------------------------------------------------------ ordered outputs
 
@@ -346,16 +344,18 @@ class Resolver:
             if rec._pending == 0:
                 self._complete(rec)
 
-    def _output_ack(self, rec: Record) -> Callable[[str | None], None]:
-        def on_done(error: str | None) -> None:
+    def _output_ack(self, rec: Record) -> Callable[[DeliveryError | None], None]:
+        def on_done(error: DeliveryError | None) -> None:
             if error is None:
                 self._acked(rec)
             else:
                 self._fail(
-                    BrokerError(
-                        f"workload {self.name}: output write for {rec.topic}[{rec.partition}]@"
-                        f"{rec.offset} to {self.output_topic} failed ({error}); stopping so the "
-                        "output order is never broken (the record is not committed)"
+                    SinkWriteError(
+                        self.name,
+                        "output",
+                        str(self.output_topic),
+                        (rec.topic, rec.partition, rec.offset),
+                        error.reason,
                     )
                 )
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from consumers.backends.base import Backend, ProducerFactory
@@ -57,7 +57,10 @@ def settings_from_spec(spec: WorkloadSpec, lake: Path | None = None) -> RunnerSe
         ),
         dead_letter=(
             DeadLetterPolicy(
-                spec.dead_letter.topic, spec.dead_letter.max_ratio, spec.dead_letter.window
+                spec.dead_letter.topic,
+                spec.dead_letter.max_ratio,
+                spec.dead_letter.window,
+                spec.dead_letter.write_timeout,
             )
             if spec.dead_letter
             else None
@@ -104,29 +107,36 @@ def backend_for(spec: WorkloadSpec) -> Backend:
 
 def sink_producer_factory(spec: WorkloadSpec) -> ProducerFactory | None:
     """The producer of the spec's outputs and dead letters (None without either): one client
-    per distinct cluster and properties, behind one producer routing by topic when they differ."""
+    per distinct cluster and properties, behind one producer routing by topic when they differ;
+    each fits any record the source can deliver (Kafka: sized from the source's consumer
+    properties; Pulsar: dead letters sent in chunks when over the broker's limit)."""
     factories: dict[ProducerTarget, ProducerFactory] = {}
     routes: dict[str, ProducerFactory] = {}
+    receiving = spec.client_config() if isinstance(spec.source, KafkaSourceSpec) else {}
+    chunked = frozenset([spec.dead_letter.topic]) if spec.dead_letter else frozenset()
     for sink in (spec.output, spec.dead_letter):
         if sink is not None:
             target = spec.producer_target(sink)
             if target not in factories:
-                factories[target] = _producer_factory(target)
+                factories[target] = _producer_factory(target, receiving, chunked)
             routes[sink.topic] = factories[target]
     if len(factories) > 1:
         return routed_producer_factory(routes)
     return next(iter(factories.values()), None)
 
 
-def _producer_factory(target: ProducerTarget) -> ProducerFactory:
+def _producer_factory(
+    target: ProducerTarget, receiving: Mapping[str, object], chunked: frozenset[str]
+) -> ProducerFactory:
     properties = reveal(dict(target.properties))
     if target.kind == "kafka":
-        return kafka_producer_factory({**properties, "bootstrap.servers": target.servers})
+        servers = {**properties, "bootstrap.servers": target.servers}
+        return kafka_producer_factory(servers, receiving)
     from consumers.backends.pulsar.producer import pulsar_target_factory
 
     client = {k: v for k, v in properties.items() if k in CLIENT_OPTIONS}
     producer = {k: v for k, v in properties.items() if k in PRODUCER_OPTIONS}
-    return pulsar_target_factory(target.servers, client, producer)
+    return pulsar_target_factory(target.servers, client, producer, chunked)
 
 
 def workload_from_spec(spec: WorkloadSpec, lake: Path | None = None) -> Workload:

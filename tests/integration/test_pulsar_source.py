@@ -15,6 +15,7 @@ from typing import Any
 import pulsar
 import pytest
 
+from consumers.backends.base import DeliveryError
 from consumers.backends.metadata import encode_done
 from consumers.backends.pulsar.client import PulsarSettings
 from consumers.backends.pulsar.consumer import PulsarConsumer, pulsar_consumer_factory
@@ -200,24 +201,20 @@ def test_producer_maps_keys_headers_and_tombstones_and_refuses_binary_ones(
 ) -> None:
     topic = backend.make_topic(1)
     producer = PulsarProducer(backend.broker.url, {})
-    results: list[str | None] = []
+    results: list[tuple[str, bool] | None] = []
+
+    def delivered(error: DeliveryError | None, _msg: object) -> None:
+        results.append(None if error is None else (error.reason, error.permanent))
+
     try:
-        producer.produce(
-            topic, b"v1", b"k1", headers=[("h", b"x")], on_delivery=lambda e, _: results.append(e)
-        )
-        producer.produce(topic, b"v2", b"\xff", on_delivery=lambda e, _: results.append(e))
-        producer.produce(
-            topic,
-            b"v3",
-            b"k3",
-            headers=[("h", b"\xfe")],
-            on_delivery=lambda e, _: results.append(e),
-        )
-        producer.produce(topic, None, b"k4", on_delivery=lambda e, _: results.append(e))
+        producer.produce(topic, b"v1", b"k1", headers=[("h", b"x")], on_delivery=delivered)
+        producer.produce(topic, b"v2", b"\xff", on_delivery=delivered)
+        producer.produce(topic, b"v3", b"k3", headers=[("h", b"\xfe")], on_delivery=delivered)
+        producer.produce(topic, None, b"k4", on_delivery=delivered)
         assert producer.flush(10) == 0
     finally:
         producer.close()
-    refused = "Pulsar keys and properties must be UTF-8 text"
+    refused = ("Pulsar keys and properties must be UTF-8 text", True)  # for good: never sent
     assert Counter(results) == Counter({None: 2, refused: 2})
     [stored, tombstone] = backend.read(topic, 1)[0]
     assert (stored.key, stored.value, stored.headers) == (b"k1", b"v1", {"h": b"x"})

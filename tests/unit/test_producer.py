@@ -1,4 +1,5 @@
-"""AckedProducer against a scripted client: order under a full queue, refusals, close."""
+"""AckedProducer against a scripted client: order under a full queue, refusals (permanent or
+not), close."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from consumers.backends.base import DeliveryError, delivery_failure
 from consumers.engine.producer import AckedProducer
 from tests.helpers import until
 
@@ -15,11 +17,15 @@ pytestmark = pytest.mark.unit
 
 
 class ScriptedClient:
-    """Refuses with BufferError while ``full``; refuses for good values in ``bad``."""
+    """Refuses with BufferError while ``full``; refuses for good values in ``bad``; raises the
+    ``DeliveryError`` of a value in ``refusals``; fails the delivery of a value in ``failures``
+    with its error."""
 
     def __init__(self) -> None:
         self.full = False
         self.bad: set[bytes] = set()
+        self.refusals: dict[bytes, DeliveryError] = {}
+        self.failures: dict[bytes, object] = {}
         self.produced: list[bytes] = []
         self._callbacks: list[Any] = []
         self._lock = threading.Lock()
@@ -29,15 +35,17 @@ class ScriptedClient:
             raise BufferError("queue full")
         if value in self.bad:
             raise ValueError("message too large")
+        if value in self.refusals:
+            raise self.refusals[value]
         with self._lock:
             self.produced.append(value)
-            self._callbacks.append(kw["on_delivery"])
+            self._callbacks.append((kw["on_delivery"], self.failures.get(value)))
 
     def poll(self, timeout: float = -1) -> int:
         with self._lock:
             callbacks, self._callbacks = self._callbacks, []
-        for callback in callbacks:
-            callback(None, None)
+        for callback, error in callbacks:
+            callback(error, None)
         if not callbacks and timeout > 0:
             threading.Event().wait(min(timeout, 0.01))
         return len(callbacks)
@@ -48,6 +56,9 @@ class ScriptedClient:
 
     def close(self) -> None:
         return None
+
+    def delivery_error(self, error: object) -> DeliveryError:
+        return delivery_failure(error)
 
 
 async def test_records_refused_for_a_full_queue_keep_their_order_and_count_in_flight() -> None:
@@ -72,14 +83,41 @@ async def test_a_refused_record_fails_through_its_callback_and_the_rest_go_on() 
     client = ScriptedClient()
     client.bad = {b"huge"}
     producer = AckedProducer("p", lambda: client, asyncio.get_running_loop())
-    done: dict[bytes, str | None] = {}
+    done: dict[bytes, DeliveryError | None] = {}
     try:
         for value in (b"a", b"huge", b"b"):
             producer.send("t", None, value, None, lambda e, v=value: done.update({v: e}))
         await until(lambda: len(done) == 3)
         assert done[b"a"] is None and done[b"b"] is None
-        assert done[b"huge"] == "ValueError: message too large"
+        huge = done[b"huge"]
+        assert huge is not None and huge.reason == "ValueError: message too large"
+        assert huge.permanent, "the same record is refused again: sending it again cannot help"
         assert client.produced == [b"a", b"b"] and producer.in_flight == 0
+    finally:
+        producer.close()
+
+
+async def test_a_failure_says_whether_sending_again_can_help() -> None:
+    """The client's ``delivery_error`` decides: here a ``DeliveryError`` keeps its word, raised
+    or delivered, and any other delivery error (the in-memory broker's text) is transient."""
+    client = ScriptedClient()
+    client.refusals = {b"unknown": DeliveryError("no leader yet", permanent=False)}
+    client.failures = {
+        b"too-large": DeliveryError("MSG_SIZE_TOO_LARGE", permanent=True),
+        b"away": "topic unavailable",
+    }
+    producer = AckedProducer("p", lambda: client, asyncio.get_running_loop())
+    done: dict[bytes, DeliveryError | None] = {}
+    try:
+        for value in (b"unknown", b"too-large", b"away"):
+            producer.send("t", None, value, None, lambda e, v=value: done.update({v: e}))
+        await until(lambda: len(done) == 3)
+        told = {v: (e.reason, e.permanent) for v, e in done.items() if e is not None}
+        assert told == {
+            b"unknown": ("no leader yet", False),
+            b"too-large": ("MSG_SIZE_TOO_LARGE", True),
+            b"away": ("topic unavailable", False),
+        }
     finally:
         producer.close()
 
@@ -88,9 +126,9 @@ async def test_records_still_waiting_at_close_fail_instead_of_reaching_a_closed_
     client = ScriptedClient()
     client.full = True
     producer = AckedProducer("p", lambda: client, asyncio.get_running_loop())
-    done: list[str | None] = []
+    done: list[DeliveryError | None] = []
     producer.send("t", None, b"late", None, done.append)
     producer.close()
     client.full = False
-    await until(lambda: done == ["the producer is closed"])
+    await until(lambda: [str(e) for e in done] == ["the producer is closed"])
     assert client.produced == [] and producer.in_flight == 0

@@ -1,4 +1,12 @@
-"""Producing to Pulsar for a workload's outputs and dead letters, behind ``ProducerLike``."""
+"""Producing to Pulsar for a workload's outputs and dead letters, behind ``ProducerLike``.
+
+pulsar-client refuses a message larger than the broker's ``maxMessageSize`` (5 MiB by default),
+counting its properties: a record the source delivered just under it no longer fits once a dead
+letter's ``lanehouse.*`` headers join it, and a record that reached the source in chunks never
+fits. Dead-letter topics (``chunked_topics``) are therefore sent unbatched with chunking on, so
+any record the source can deliver can be dead-lettered; outputs stay batched, and one over the
+limit fails for good (a permanent ``DeliveryError``), which stops the workload.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +18,36 @@ from typing import Any
 
 import pulsar
 
-from consumers.backends.base import ProducerFactory, ProducerLike
+from consumers.backends.base import DeliveryError, ProducerFactory, ProducerLike, delivery_failure
 from consumers.backends.pulsar.client import PulsarSettings, client_kwargs
 
 log = logging.getLogger("lanehouse.pulsar")
+
+#: Send results that fail a message the same way however often it is sent.
+PERMANENT_RESULTS = frozenset(
+    {
+        pulsar.Result.MessageTooBig,
+        pulsar.Result.AuthenticationError,
+        pulsar.Result.AuthorizationError,
+        pulsar.Result.InvalidMessage,
+        pulsar.Result.InvalidTopicName,
+        pulsar.Result.InvalidConfiguration,
+        pulsar.Result.IncompatibleSchema,
+        pulsar.Result.NotAllowedError,
+        pulsar.Result.OperationNotSupported,
+        pulsar.Result.TopicTerminated,
+        pulsar.Result.UnsupportedVersionError,
+    }
+)
+#: The same, raised by ``create_producer``.
+PERMANENT_EXCEPTIONS = (
+    pulsar.exceptions.AuthenticationError,
+    pulsar.exceptions.AuthorizationError,
+    pulsar.exceptions.InvalidTopicName,
+    pulsar.exceptions.InvalidConfiguration,
+    pulsar.exceptions.NotAllowedError,
+    pulsar.exceptions.TopicTerminated,
+)
 
 
 class PulsarProducer:
@@ -31,8 +65,10 @@ class PulsarProducer:
         client_options: Mapping[str, Any],
         max_pending: int = 10_000,
         producer_options: Mapping[str, Any] | None = None,
+        chunked_topics: frozenset[str] = frozenset(),
     ) -> None:
         self._client = pulsar.Client(service_url, **client_kwargs(client_options))
+        self._chunked = chunked_topics
         #: ``create_producer`` options over the defaults (batching every 5 ms).
         self._options = {"batching_max_publish_delay_ms": 5, **(producer_options or {})}
         self._producers: dict[str, pulsar.Producer] = {}
@@ -42,14 +78,15 @@ class PulsarProducer:
         self._idle = threading.Condition(self._lock)
 
     def produce(self, topic: str, value: Any = None, key: Any = None, **kw: Any) -> None:
-        on_delivery: Callable[[str | None, Any], None] = kw.get("on_delivery") or _ignore
+        on_delivery: Callable[[DeliveryError | None, Any], None] = kw.get("on_delivery") or _ignore
         if self._pending >= self._max_pending:
             raise BufferError("too many unacknowledged Pulsar sends")
         try:
             partition_key = key.decode() if key else None
             properties = {name: data.decode() for name, data in kw.get("headers") or ()}
         except UnicodeDecodeError:
-            on_delivery("Pulsar keys and properties must be UTF-8 text", None)
+            text = "Pulsar keys and properties must be UTF-8 text"
+            on_delivery(DeliveryError(text, permanent=True), None)
             return
         producer = self._producers.get(topic) or self._create(topic)
         with self._lock:
@@ -59,9 +96,7 @@ class PulsarProducer:
             with self._idle:
                 self._pending -= 1
                 self._idle.notify_all()
-            on_delivery(
-                None if result == pulsar.Result.Ok else f"Pulsar send failed: {result}", None
-            )
+            on_delivery(None if result == pulsar.Result.Ok else _failure(result), None)
 
         try:  # a None value is sent as a null value: tombstones stay tombstones
             producer.send_async(
@@ -91,22 +126,36 @@ class PulsarProducer:
                 self._idle.wait(left)
             return self._pending
 
+    def delivery_error(self, error: object) -> DeliveryError:
+        """Send results are ``DeliveryError``s already (see :data:`PERMANENT_RESULTS`)."""
+        return delivery_failure(error)
+
     def close(self) -> None:
         self._client.close()
 
     def _create(self, topic: str) -> pulsar.Producer:
-        producer = self._client.create_producer(
-            topic,
-            **self._options,
-            batching_enabled=True,
-            block_if_queue_full=False,
-            max_pending_messages=self._max_pending + 1,
-        )
+        chunked = topic in self._chunked
+        try:
+            producer = self._client.create_producer(
+                topic,
+                **self._options,
+                batching_enabled=not chunked,
+                chunking_enabled=chunked,
+                block_if_queue_full=False,
+                max_pending_messages=self._max_pending + 1,
+            )
+        except pulsar.PulsarException as exc:
+            permanent = isinstance(exc, PERMANENT_EXCEPTIONS)
+            raise DeliveryError(f"Pulsar producer for {topic}: {exc}", permanent=permanent) from exc
         self._producers[topic] = producer
         return producer
 
 
-def _ignore(_err: str | None, _msg: Any) -> None:
+def _failure(result: pulsar.Result) -> DeliveryError:
+    return DeliveryError(f"Pulsar send failed: {result}", permanent=result in PERMANENT_RESULTS)
+
+
+def _ignore(_err: DeliveryError | None, _msg: Any) -> None:
     return None
 
 
@@ -119,10 +168,17 @@ def pulsar_target_factory(
     service_url: str,
     client_options: Mapping[str, Any],
     producer_options: Mapping[str, Any] | None = None,
+    chunked_topics: frozenset[str] = frozenset(),
 ) -> ProducerFactory:
-    """Producers on ``service_url`` (a named cluster's outputs or dead letters)."""
+    """Producers on ``service_url`` (a named cluster's outputs or dead letters); messages to
+    ``chunked_topics`` (dead letters) go unbatched, in chunks when over the broker's limit."""
 
     def build() -> ProducerLike:
-        return PulsarProducer(service_url, client_options, producer_options=producer_options)
+        return PulsarProducer(
+            service_url,
+            client_options,
+            producer_options=producer_options,
+            chunked_topics=chunked_topics,
+        )
 
     return build
