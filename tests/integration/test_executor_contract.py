@@ -17,7 +17,7 @@ from consumers.engine.settings import RunnerSettings
 from consumers.execution.interceptors import load_interceptor
 from consumers.service.app import ConsumerApp, Workload, WorkloadSummary
 from tests import executor_handlers as h
-from tests.backends import Backend, Stored, keyed_stream
+from tests.backends import Backend, MemoryBackend, Stored, keyed_stream
 from tests.helpers import until
 
 pytestmark = pytest.mark.integration
@@ -125,13 +125,14 @@ async def test_poison_records_dead_letter_with_their_own_error_type(
 
 @pytest.mark.parametrize("executor", [*EXECUTORS, "async"])
 async def test_system_exit_and_keyboard_interrupt_fail_only_their_record(
-    backend: Backend, executor: str, caplog: pytest.LogCaptureFixture
+    executor: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """What would end the process is one failed attempt: retried, then dead-lettered with its
-    type, the record's place in the log, and every other record handled."""
+    type, the record's place in the log, and every other record handled. In memory: the
+    reliability suite's poison fault raises SystemExit on Tansu for each executor."""
     handler = h.exits_async if executor == "async" else h.exits
     runs_on = "auto" if executor == "async" else executor
-    out = await poison_run(backend, handler, runs_on, f"g-exit-{executor}", poison=2)
+    out = await poison_run(MemoryBackend(), handler, runs_on, f"g-exit-{executor}", poison=2)
 
     dead = [decode_dead_letter(list(r.headers.items())) for r in out.dead]
     assert [json.loads(r.value or b"")["seq"] for r in out.dead] == [0, 1]
