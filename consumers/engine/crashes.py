@@ -33,24 +33,14 @@ unique modes are not isolated (a batch is one call).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import math
 import os
-from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from consumers.engine.workers import Worker
-from consumers.errors import HandlerError, LanehouseError
-from consumers.outcomes import DeadLetter, Outcome, Retry
 from consumers.record import Record
-
-if TYPE_CHECKING:
-    from consumers.engine.partition import PartitionState
 
 log = logging.getLogger("lanehouse.engine")
 
@@ -224,65 +214,3 @@ def _read(path: Path, position: int | None) -> Mark:
 
 #: The lane every record of a suspect window runs in: one at a time, in offset order.
 SUSPECT_LANE = ("lanehouse", "suspect-window")
-
-Call = Callable[[Worker, Record], Awaitable[tuple[Outcome, HandlerError | None]]]
-
-
-class Isolation:
-    """What a worker does with a record of a suspect window: journal it around its call, or
-    set the culprit aside without calling (see the module docstring)."""
-
-    def __init__(
-        self,
-        name: str,
-        call: Call,
-        dead_letters: bool,
-        fail: Callable[[BaseException], None],
-        end_window: Callable[[PartitionState], None],
-        now: Callable[[], float],
-    ) -> None:
-        self._name = name
-        self._call = call
-        self._now = now
-        #: One suspect record at a time in the workload, whatever its partition: a death must
-        #: name the one record that was running.
-        self._turn = asyncio.Lock()
-        self._dead_letters = dead_letters
-        self._fail = fail
-        self.end_window = end_window
-
-    async def call(
-        self, worker: Worker, rec: Record, suspect: Suspect
-    ) -> tuple[Outcome, HandlerError | None]:
-        if suspect.culprit(rec.offset):
-            if not self._dead_letters:
-                suspect.keep = True
-                self._fail(
-                    LanehouseError(
-                        f"workload {self._name}: {rec.topic}[{rec.partition}]@{rec.offset} "
-                        f"key={rec.key!r}: {suspect.reason()}; the workload has no dead-letter "
-                        "topic to set it aside, so it stops here (configure dead_letter, or fix "
-                        "the handler)"
-                    )
-                )
-                return Retry(after=3600.0), None  # never runs: the workload is stopping
-            reason = suspect.reason()
-            suspect.set_aside()
-            log.error(
-                "workload %s: %s[%d]@%d key=%r: %s; dead-lettering it",
-                self._name,
-                rec.topic,
-                rec.partition,
-                rec.offset,
-                rec.key,
-                reason,
-            )
-            return DeadLetter(reason), None
-        worker.started = math.inf  # waiting for its turn is not running: no timeout yet
-        async with self._turn:
-            worker.started = self._now()
-            suspect.running(rec.offset)
-            try:
-                return await self._call(worker, rec)
-            finally:
-                suspect.ran(rec.offset)

@@ -16,7 +16,7 @@ from consumers.clock import Clock, first_of
 from consumers.engine.batching import BatchCalls
 from consumers.engine.caller import HandlerCaller
 from consumers.engine.counters import WorkloadCounters
-from consumers.engine.crashes import Isolation
+from consumers.engine.isolation import Isolation
 from consumers.engine.partition import PartitionState
 from consumers.engine.ready import ReadyLanes
 from consumers.engine.resolution import Resolver

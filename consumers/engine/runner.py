@@ -26,9 +26,9 @@ from consumers.engine.batching import BatchCalls
 from consumers.engine.caller import HandlerCaller
 from consumers.engine.commits import CommitPlanner
 from consumers.engine.counters import WorkloadCounters
-from consumers.engine.crashes import CrashJournal, Isolation
 from consumers.engine.dispatch import Dispatch
 from consumers.engine.intake import Intake
+from consumers.engine.isolation import isolate
 from consumers.engine.lake import Lake, Rewind
 from consumers.engine.lanes import lane_router
 from consumers.engine.partition import Lane, PartitionState
@@ -132,18 +132,9 @@ class WorkloadRunner:
         )
         if self.landing is not None:  # a partition whose files fail to land pauses
             self.landing.gates.on_blocked = self._intake.hold
-        isolation = None
-        self._crashes: CrashJournal | None = None
-        if settings.crash_dir is not None and settings.mode == "single":
-            self._crashes = CrashJournal(settings.crash_dir, settings.name, settings.buffer_limit)
-            isolation = Isolation(
-                settings.name,
-                self._caller.call,
-                settings.dead_letter is not None,
-                self.fail,
-                self._intake.end_window,
-                clock.now,
-            )
+        self._crashes, isolation = isolate(
+            settings, self._caller.call, self.fail, self._intake.end_window, clock.now
+        )
         batches = BatchCalls(
             settings.name,
             settings.mode == "unique",

@@ -239,12 +239,10 @@ def _write(
     days: Sequence[date],
     skipped: Mapping[str, str] | None = None,
 ) -> MaterializeResult[Any]:
-    """Write ``days`` of ``table``; the materialization with its row counts as written.
-
-    A range run materializes every day of the range with the result's metadata, so each day's
-    ``dagster/row_count`` is set on that day's partition alone (a day that holds no rows reads
-    0, not the range's total); the range's and the table's totals are named as such. Landed
-    files left out of the input (``skipped``) are reported: ``skipped_files``, ``_paths``."""
+    """Write ``days`` of ``table``; the materialization with its row counts as written. A range
+    run materializes each day with the result's metadata, so ``dagster/row_count`` is set per
+    day (a day without rows reads 0, not the range's total); the range's and the table's totals
+    are named as such, and landed files left out of the input (``skipped``) are listed."""
     root = lake_tables.table_root(lake_dir(), table.name)
     lake_tables.write_days(frame, root, days, context.run.run_id)
     per_day = lake_tables.row_counts(root, days)
@@ -283,9 +281,7 @@ def reconciliation_check(
         check_name=RECONCILE_CHECK,
         passed=not off,
         severity=AssetCheckSeverity.ERROR,
-        description=f"unaccounted rows on {', '.join(off)}"
-        if off
-        else "every landed row accounted for",
+        description=f"unaccounted rows on {', '.join(off)}" if off else "all rows accounted for",
         metadata={
             "per_day": MetadataValue.table(
                 records=[TableRecord(r) for r in rows], schema=_RECONCILE_SCHEMA
