@@ -89,7 +89,9 @@ class Suspect:
     """One partition's suspect window (see the module docstring); loop thread only."""
 
     def __init__(self, fd: int, mark: Mark, window: int) -> None:
-        self._fd = fd
+        #: None once the assignment ended: a call still running then must not write to a file
+        #: descriptor the process may have given to another file.
+        self._fd: int | None = fd
         self.mark = mark
         self._window = window
         #: One past the window's last offset, set by its first record.
@@ -113,7 +115,7 @@ class Suspect:
 
     def running(self, offset: int) -> None:
         self.mark.running = offset
-        self.mark.write(self._fd)
+        self._save()
 
     def ran(self, offset: int) -> None:
         """``offset`` returned: no record is running, and a named one is cleared."""
@@ -121,11 +123,19 @@ class Suspect:
         mark.running = None
         if offset == mark.named:
             mark.named, mark.strikes = None, 0
-        mark.write(self._fd)
+        self._save()
 
     def set_aside(self) -> None:
         self.mark.named, self.mark.strikes = None, 0
-        self.mark.write(self._fd)
+        self._save()
+
+    def detach(self) -> None:
+        """The assignment ends: later calls write nothing."""
+        self._fd = None
+
+    def _save(self) -> None:
+        if self._fd is not None:
+            self.mark.write(self._fd)
 
     def reason(self) -> str:
         return (
@@ -138,7 +148,7 @@ class Suspect:
         """The window is done: the partition runs as usual again, and a later death counts
         from one."""
         self.mark.deaths = 0
-        self.mark.write(self._fd)
+        self._save()
 
 
 class CrashJournal:

@@ -268,8 +268,10 @@ class WorkloadRunner:
     def _release_mark(self, part: PartitionState) -> None:
         """The process ends its hold on ``part`` alive (:class:`CrashJournal`)."""
         if self._crashes is not None:
-            keep = part.suspect is not None and part.suspect.keep
-            self._crashes.close(part.topic, part.partition, keep)
+            suspect = part.suspect
+            if suspect is not None:
+                suspect.detach()
+            self._crashes.close(part.topic, part.partition, suspect is not None and suspect.keep)
 
     async def _settle(self, *conditions: Callable[[], bool]) -> bool:
         """Wait for each condition in turn, each within the drain deadline; False if one is

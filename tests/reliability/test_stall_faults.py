@@ -44,25 +44,32 @@ def test_a_member_paused_for_backpressure_reads_to_the_end_after_a_rebalance(
         return committed_offsets(kafka_broker.bootstrap, group, topic, PARTITIONS)
 
     ends = log_end_offsets(kafka_broker.bootstrap, topic, PARTITIONS)
-    with CommitSampler(kafka_broker.bootstrap, group, topic, PARTITIONS) as sampler:
-        a = start_consumer(spec, first, 0.01, "--log-level", "INFO")
-        wait_until(lambda: lines(first) >= 300, timeout=60, message="the first member runs")
-        b = start_consumer(spec, second, 0.01)
-        wait_until(lambda: lines(second) >= 300, timeout=60, message="the second member runs")
-        b.send_signal(signal.SIGTERM)  # a clean leave, once its group has settled
-        finish(b)
-        left = time.monotonic()
-        wait_until(
-            lambda: committed() == ends,
-            timeout=90,
-            message="the first member read every partition to the end after the second left",
-        )
-        caught_up = time.monotonic() - left
-        a.send_signal(signal.SIGTERM)
-        out = finish(a)
-        verdict = finish_and_verify(
-            kafka_broker, spec, topic, group, PARTITIONS, [first, second], sampler, records
-        )
+    a = start_consumer(spec, first, 0.01, "--log-level", "INFO")
+    b = None
+    try:
+        with CommitSampler(kafka_broker.bootstrap, group, topic, PARTITIONS) as sampler:
+            wait_until(lambda: lines(first) >= 300, timeout=60, message="the first member runs")
+            b = start_consumer(spec, second, 0.01)
+            wait_until(lambda: lines(second) >= 300, timeout=60, message="the second one runs")
+            b.send_signal(signal.SIGTERM)  # a clean leave, once its group has settled
+            finish(b)
+            left = time.monotonic()
+            wait_until(
+                lambda: committed() == ends,
+                timeout=90,
+                message="the first member read every partition to the end after the second left",
+            )
+            caught_up = time.monotonic() - left
+            a.send_signal(signal.SIGTERM)
+            out = finish(a)
+            verdict = finish_and_verify(
+                kafka_broker, spec, topic, group, PARTITIONS, [first, second], sampler, records
+            )
+    finally:
+        for proc in (a, b):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
     print(verdict.line(f"paused through a rebalance, at the end {caught_up:.1f}s after a leave"))
     assert verdict.ok, verdict
     assert "delivered nothing for" not in out, "the assignment left partitions paused"
