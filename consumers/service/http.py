@@ -11,7 +11,9 @@ Routes (GET only):
 ``/tap/<workload>``   server-sent events of handled records (see :mod:`consumers.engine.tap`): one
                       ``data: <json>`` per record; ``event: dropped`` with ``{"dropped": N}``
                       where N events did not fit this client's queue; ``: keepalive`` every
-                      second when idle. ``?limit=N`` ends the stream after N records.
+                      second when idle. ``?limit=N`` ends the stream after N records. Open
+                      on a loopback bind, else only with a bearer token
+                      (:mod:`consumers.service.tap_access`).
 
 A tap stream never makes the engine wait: a client that stops reading fills its socket, then its
 queue, and from then on its events are dropped and counted. The socket's send buffer is capped
@@ -29,25 +31,25 @@ import select
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
+from pydantic import SecretStr
 
 from consumers.config.names import NAME
+from consumers.service.health import DEFAULT_STALL_SECONDS, health
 from consumers.service.metrics import EngineCollector
+from consumers.service.tap_access import TapAccess
 
 if TYPE_CHECKING:
-    from consumers.engine.runner import WorkloadRunner
     from consumers.engine.tap import Subscription, Tap
     from consumers.service.app import ConsumerApp
 
 log = logging.getLogger("lanehouse.http")
 
-DEFAULT_STALL_SECONDS = 30.0
 #: How often a tap stream checks for shutdown and a vanished client.
 POLL_SECONDS = 0.25
 KEEPALIVE_SECONDS = 1.0
@@ -55,78 +57,6 @@ KEEPALIVE_SECONDS = 1.0
 BATCH_EVENTS = 200
 #: Kernel send buffer of a tap connection (Linux doubles it).
 TAP_SEND_BUFFER = 32 * 1024
-
-
-# ---------------------------------------------------------------------------------- health
-
-
-@dataclass
-class Health:
-    ok: bool
-    workloads: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def body(self) -> dict[str, Any]:
-        return {"status": "ok" if self.ok else "unavailable", "workloads": self.workloads}
-
-
-def health(
-    app: ConsumerApp,
-    last_progress: dict[str, tuple[int, float]],
-    now: float,
-    stall_seconds: float = DEFAULT_STALL_SECONDS,
-) -> Health:
-    """Whether every workload is ready: assigned at least one partition and not stuck.
-
-    Stuck means work is waiting (``runner.busy``) and ``counters.completed`` has not moved for
-    ``stall_seconds``. ``last_progress`` maps a busy workload to ``(completed, since)``: the
-    caller keeps it between probes, and it is the only state this updates. Probes only sample,
-    so the stall clock starts at the first probe that sees work waiting with no completion
-    since the one before: a stall is reported late by up to one probe interval, never early.
-    """
-    result = Health(ok=True)
-    runners = dict(app.runners)
-    for name in [w.settings.name for w in app.workloads]:
-        runner = runners.get(name)
-        if runner is None:
-            result.ok = False
-            result.workloads[name] = {"ready": False, "reason": "not started"}
-            continue
-        completed = runner.counters.completed
-        partitions = len(runner.parts)
-        busy = _busy(runner)
-        seen = last_progress.get(name)
-        if not busy:  # nothing waiting: no stall, and the clock restarts when work arrives
-            last_progress.pop(name, None)
-            since = now
-        elif seen is None or seen[0] != completed:
-            last_progress[name] = (completed, now)
-            since = now
-        else:
-            since = seen[1]
-        reason = None
-        if not partitions:
-            reason = "not assigned"
-        elif now - since >= stall_seconds:
-            reason = f"no progress for {now - since:.0f} s"
-        result.ok = result.ok and reason is None
-        result.workloads[name] = {
-            "ready": reason is None,
-            "reason": reason,
-            "partitions": partitions,
-            "completed": completed,
-            "busy": busy,
-        }
-    if not result.workloads:
-        result.ok = False
-    return result
-
-
-def _busy(runner: WorkloadRunner) -> bool:
-    """Read from a server thread: a read racing a rebalance retries once."""
-    try:
-        return runner.busy
-    except RuntimeError:  # the partitions dict changed size while we iterated it
-        return runner.busy
 
 
 # ---------------------------------------------------------------------------------- server
@@ -140,7 +70,13 @@ class _HTTPServer(ThreadingHTTPServer):
     #: (the client retries its SYN a second later).
     request_queue_size = 128
 
-    def __init__(self, addr: tuple[str, int], app: ConsumerApp, stall_seconds: float) -> None:
+    def __init__(
+        self,
+        addr: tuple[str, int],
+        app: ConsumerApp,
+        stall_seconds: float,
+        tap_token: SecretStr | None,
+    ) -> None:
         self.app = app
         self.stall_seconds = stall_seconds
         self.registry = CollectorRegistry()
@@ -151,6 +87,8 @@ class _HTTPServer(ThreadingHTTPServer):
         self.streams = 0
         self.streams_changed = threading.Condition()
         super().__init__(addr, _Handler)
+        # The address really bound (numeric, whatever name was asked for) decides the tap.
+        self.tap_access = TapAccess(str(self.server_address[0]), tap_token)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.exception("error serving %s", client_address)
@@ -163,6 +101,7 @@ class Server:
         self._httpd = httpd
         self.addr: str = httpd.server_address[0]  # type: ignore[assignment]
         self.port: int = httpd.server_address[1]
+        self.tap: TapAccess = httpd.tap_access
         self._thread = threading.Thread(
             target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="lh-http", daemon=True
         )
@@ -200,9 +139,16 @@ def serve(
     port: int,
     addr: str = "127.0.0.1",
     stall_seconds: float = DEFAULT_STALL_SECONDS,
+    tap_token: SecretStr | None = None,
 ) -> Server:
-    """Serve ``/metrics``, ``/healthz`` and ``/tap/<workload>`` for ``app`` (``port=0``: any)."""
-    return Server(_HTTPServer((addr, port), app, stall_seconds))
+    """Serve ``/metrics``, ``/healthz`` and ``/tap/<workload>`` for ``app`` (``port=0``: any).
+
+    ``tap_token`` (:func:`consumers.service.tap_access.token_from_env`) opens the tap when
+    ``addr`` is beyond loopback; without it the tap is off there.
+    """
+    server = Server(_HTTPServer((addr, port), app, stall_seconds, tap_token))
+    log.info("serving %s: %s", server.url, server.tap.describe())
+    return server
 
 
 # ---------------------------------------------------------------------------------- routes
@@ -230,16 +176,20 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
 
-    def _reply(self, status: int, body: bytes, content_type: str) -> None:
+    def _reply(
+        self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.end_headers()
         self.wfile.write(body)
 
-    def _text(self, status: int, message: str) -> None:
-        self._reply(status, (message + "\n").encode(), "text/plain; charset=utf-8")
+    def _text(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        self._reply(status, (message + "\n").encode(), "text/plain; charset=utf-8", headers)
 
     def _healthz(self) -> None:
         srv = self.server
@@ -249,6 +199,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._reply(200 if result.ok else 503, body, "application/json")
 
     def _tap(self, name: str, query: str) -> None:
+        # Before any lookup: without the key, not even which workloads exist.
+        refusal = self.server.tap_access.check(self.headers.get("Authorization"))
+        if refusal is not None:
+            self._text(refusal.status, refusal.message, refusal.headers)
+            return
         app = self.server.app
         if not NAME.fullmatch(name):  # as the spec allows: nothing else reaches a lookup
             self._text(404, "not a workload name: use 1-64 of a-z 0-9 _ - (starting a-z 0-9)")

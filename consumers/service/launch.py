@@ -25,6 +25,7 @@ from consumers.landing.sink import LandingSettings
 from consumers.permits.pool import LocalPermitPool, PermitPool
 from consumers.service.app import ConsumerApp, Workload, WorkloadSummary
 from consumers.service.http import serve as serve_http
+from consumers.service.tap_access import token_from_env
 
 log = logging.getLogger("lanehouse.run")
 
@@ -223,7 +224,9 @@ def run_specs(
     app = build_app(specs, pool_sizes, lake, platform)
     if not app.workloads:
         return []
-    server = serve_http(app, metrics_port, metrics_host) if metrics_port is not None else None
+    server = None
+    if metrics_port is not None:  # the tap's token read once, here; the server keeps it
+        server = serve_http(app, metrics_port, metrics_host, tap_token=token_from_env())
     try:
         return event_loop.run(
             app.run(until_idle=until_idle, install_signal_handlers=install_signal_handlers)

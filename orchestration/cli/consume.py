@@ -76,7 +76,8 @@ def consume(
         str,
         typer.Option(
             callback=ip_address,
-            help="Address the metrics server binds (0.0.0.0 to be scraped from other hosts).",
+            help="Address the metrics server binds (0.0.0.0 to be scraped from other hosts; "
+            "beyond loopback /tap needs the secret in LANEHOUSE_TAP_TOKEN, else it is off).",
         ),
     ] = "127.0.0.1",
     pool: Annotated[

@@ -134,7 +134,8 @@ class Platform:
         targets = self.env["LANEHOUSE_PROMETHEUS_TARGETS"]
         self.say(
             "Consumer runs serve /metrics, /healthz and /tap (address in each run's "
-            f"lanehouse/http tag); Prometheus: file_sd_configs: [{{files: ['{targets}/*.json']}}]"
+            "lanehouse/http tag, the tap's command in lanehouse/tap); Prometheus: "
+            f"file_sd_configs: [{{files: ['{targets}/*.json']}}]"
         )
 
     def _log(self, name: str) -> Any:

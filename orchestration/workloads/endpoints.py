@@ -2,7 +2,9 @@
 Prometheus finds them.
 
 Every consumer run serves them on a free port (many runs share a machine, so no fixed port),
-records the address as the run tag ``lanehouse/http`` and in its progress observations, and,
+records the address as the run tag ``lanehouse/http`` and in its progress observations, how to
+read its tap as the tag ``lanehouse/tap`` and in the observations (a command that names the
+token's variable, ``LANEHOUSE_TAP_TOKEN``, never its value), and,
 when ``LANEHOUSE_PROMETHEUS_TARGETS`` names a directory, writes a Prometheus ``file_sd`` target
 file there for as long as it runs (``lanehouse up`` sets it to ``<state>/prometheus``):
 
@@ -12,7 +14,9 @@ file there for as long as it runs (``lanehouse up`` sets it to ``<state>/prometh
 
 ``LANEHOUSE_RUN_HTTP_HOST`` is the address to bind (default ``127.0.0.1``; ``0.0.0.0`` in a
 container, ``off`` for none), ``LANEHOUSE_RUN_HTTP_ADVERTISE`` the host name put in the address
-(default: the bound address, or the machine's name when bound to every interface).
+(default: the bound address, or the machine's name when bound to every interface). Bound beyond
+loopback, the tap needs ``LANEHOUSE_TAP_TOKEN`` (:mod:`consumers.service.tap_access`), read once
+when the run starts serving.
 """
 
 from __future__ import annotations
@@ -22,45 +26,57 @@ import os
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from consumers.service.http import Server, serve
+from consumers.service.tap_access import token_from_env
 
 if TYPE_CHECKING:
     from dagster import OpExecutionContext
 
     from consumers.service.app import ConsumerApp
 
-__all__ = ["HTTP_TAG", "TARGETS_ENV", "run_endpoints"]
+__all__ = ["HTTP_TAG", "TAP_TAG", "TARGETS_ENV", "RunEndpoints", "run_endpoints"]
 
 HTTP_TAG: Final = "lanehouse/http"
+TAP_TAG: Final = "lanehouse/tap"
 HOST_ENV: Final = "LANEHOUSE_RUN_HTTP_HOST"
 ADVERTISE_ENV: Final = "LANEHOUSE_RUN_HTTP_ADVERTISE"
 TARGETS_ENV: Final = "LANEHOUSE_PROMETHEUS_TARGETS"
 _EVERY_INTERFACE: Final = ("0.0.0.0", "::")
 
 
+@dataclass(frozen=True)
+class RunEndpoints:
+    """Where a run serves: the base URL, and how to read its tap (a command, or why it is off)."""
+
+    url: str
+    tap: str
+
+
 @contextmanager
 def run_endpoints(
     context: OpExecutionContext, app: ConsumerApp, workload: str, replica: int = 0
-) -> Iterator[str | None]:
-    """Serve the run's endpoints while inside; yields their base URL (None when switched off)."""
+) -> Iterator[RunEndpoints | None]:
+    """Serve the run's endpoints while inside; yields where (None when switched off)."""
     host = os.environ.get(HOST_ENV, "127.0.0.1").strip() or "127.0.0.1"
     if host == "off":
         yield None
         return
-    server: Server = serve(app, 0, host)
+    server: Server = serve(app, 0, host, tap_token=token_from_env())
     advertised = os.environ.get(ADVERTISE_ENV, "").strip() or (
         socket.gethostname() if host in _EVERY_INTERFACE else host
     )
     address = f"{advertised}:{server.port}"
     url = f"http://{address}"
+    endpoints = RunEndpoints(url, server.tap.how(url, workload))
     target = _write_target(context.run_id, workload, replica, address)
     try:
-        context.instance.add_run_tags(context.run_id, {HTTP_TAG: url})
-        context.log.info(f"workload {workload}: {url}/metrics, {url}/healthz, {url}/tap/{workload}")
-        yield url
+        context.instance.add_run_tags(context.run_id, {HTTP_TAG: url, TAP_TAG: endpoints.tap})
+        context.log.info(f"workload {workload}: {url}/metrics, {url}/healthz; tap: {endpoints.tap}")
+        yield endpoints
     finally:
         server.shutdown()
         if target is not None:

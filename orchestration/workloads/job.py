@@ -308,8 +308,8 @@ def consume(context: OpExecutionContext, config: ConsumerRunConfig) -> None:
         f"drain_timeout {spec.drain_timeout:g}s; observing every {every:g}s"
     )
     try:
-        with run_endpoints(context, app, name, replica) as url:
-            reporter.link(url)
+        with run_endpoints(context, app, name, replica) as endpoints:
+            reporter.link(endpoints)
             summaries = event_loop.run(serve(context, app, stop, reporter, every))
     except Exception as exc:
         context.log.error(f"workload {name}: stopped by an error: {exc!r}")

@@ -29,6 +29,7 @@ from consumers.service.app import ConsumerApp
 from consumers.service.metrics import WorkloadSnapshot, key_label, workload_snapshot
 from orchestration.lake.landed import LAKE_PARTITIONS, landed_key
 from orchestration.workloads.assets import workload_key
+from orchestration.workloads.endpoints import RunEndpoints
 from orchestration.workloads.health import CheckJudge
 from orchestration.workloads.names import ASSIGNED_TAG
 
@@ -191,9 +192,15 @@ class Reporter:
         self._links: dict[str, MetadataValue] = {}
         self._totals = DayTotals()
 
-    def link(self, url: str | None) -> None:
-        """The run's HTTP endpoints, a link in every observation (None: it serves none)."""
-        self._links = {"metrics": MetadataValue.url(f"{url}/metrics")} if url else {}
+    def link(self, endpoints: RunEndpoints | None) -> None:
+        """The run's HTTP endpoints in every observation: a link to its metrics and how to read
+        its tap (a command naming the token's variable, never its value); None: it serves none."""
+        self._links = {}
+        if endpoints is not None:
+            self._links = {
+                "metrics": MetadataValue.url(f"{endpoints.url}/metrics"),
+                "tap": MetadataValue.text(endpoints.tap),
+            }
 
     async def every(self, seconds: float) -> None:
         """Report every ``seconds``; the first time as soon as the workload's lag is known (its

@@ -379,10 +379,11 @@ def test_the_run_serves_metrics_and_health_at_the_address_in_its_tags(graceful_r
         ]
     ]
     assert graceful_run.targets_after == []
-    # And the topic's observations link to it.
+    # And the topic's observations link to it, and say how to read the tap (open on loopback).
     key = workload_key("orders")
     [record] = graceful_run.instance.fetch_observations(key, limit=1).records
     assert _metadata(record)["metrics"] == f"{url}/metrics"
+    assert _metadata(record)["tap"] == run.tags["lanehouse/tap"] == f"curl -sN {url}/tap/orders"
 
 
 def test_observations_report_progress_on_the_workloads_asset(graceful_run: Run) -> None:

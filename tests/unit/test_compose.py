@@ -232,6 +232,23 @@ def test_every_variable_is_documented_in_env_example_and_nothing_more() -> None:
     assert example_env()["POSTGRES_PASSWORD"] == "", ".env.example must not ship a password"
 
 
+def test_the_tap_token_is_a_secret_from_env_where_processes_serve_beyond_loopback() -> None:
+    """The daemon (whose environment the run containers get) and the `consumer` service bind
+    0.0.0.0, where /tap needs LANEHOUSE_TAP_TOKEN: a reference to .env, which ships none."""
+    daemon, consumer = SERVICES["dagster-daemon"], SERVICES["consumer"]
+    assert daemon["environment"]["LANEHOUSE_RUN_HTTP_HOST"] == "0.0.0.0"
+    command = consumer["command"]
+    assert command[command.index("--metrics-host") + 1] == "0.0.0.0"
+    for service in (daemon, consumer):
+        assert service["environment"]["LANEHOUSE_TAP_TOKEN"] == "${LANEHOUSE_TAP_TOKEN:-}"
+    assert example_env()["LANEHOUSE_TAP_TOKEN"] == "", ".env.example must not ship a token"
+    token = "t" * 32  # set in .env: it arrives; unset: empty, and the tap is off
+    env = {**example_env(), "POSTGRES_PASSWORD": "x" * 24, "LANEHOUSE_TAP_TOKEN": token}
+    services = interpolate_values(COMPOSE, env)["services"]
+    assert services["consumer"]["environment"]["LANEHOUSE_TAP_TOKEN"] == token
+    assert deployed()["services"]["consumer"]["environment"]["LANEHOUSE_TAP_TOKEN"] == ""
+
+
 def test_dagster_and_consumers_read_the_deploy_files() -> None:
     """The instance, workspace and platform config the processes read are those in deploy/."""
     dockerfile = (ROOT / "Dockerfile").read_text()

@@ -167,7 +167,7 @@ BROKEN: dict[str, tuple[Callable[[dict[str, Any]], object], str]] = {
     ),
     "wrong item type": (
         lambda b: b["config"]["env_vars"].append(5432),
-        r"run_launcher\.config\.env_vars\[13\]: .*not valid for expected type \"String\"",
+        r"run_launcher\.config\.env_vars\[14\]: .*not valid for expected type \"String\"",
     ),
     "missing field": (
         lambda b: b["config"].update(registry={"url": "registry.example.com"}),
@@ -287,6 +287,46 @@ def test_helm_values_name_a_k8s_run_launcher_the_image_and_the_secrets() -> None
     assert HELM["generatePostgresqlPasswordSecret"] is False
     assert HELM["global"]["postgresqlSecretName"]
     assert "postgresqlPassword" not in HELM["postgresql"]
+
+
+def test_the_tap_token_reaches_the_runs_from_a_secret_never_a_value() -> None:
+    """Runs bind beyond loopback, where /tap needs LANEHOUSE_TAP_TOKEN. Docker: the name only,
+    copied from the daemon's environment; Kubernetes: a secretKeyRef, in the runs only."""
+    assert "LANEHOUSE_TAP_TOKEN" in load("dagster.yaml")["run_launcher"]["config"]["env_vars"]
+    instance = yaml.safe_load((KUBERNETES / "dagster-instance.yaml").read_text())
+    written = instance["run_launcher"]["config"]["run_k8s_config"]["container_config"]["env"]
+    launcher = HELM["runLauncher"]["config"]["k8sRunLauncher"]
+    env = launcher["runK8sConfig"]["containerConfig"]["env"]
+    assert env == written
+    (token,) = [entry for entry in env if entry["name"] == "LANEHOUSE_TAP_TOKEN"]
+    assert token == {
+        "name": "LANEHOUSE_TAP_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "lanehouse-tap", "key": "token", "optional": True}},
+    }
+    assert "lanehouse-tap" in (KUBERNETES / "values.yaml").read_text().split("\nglobal:")[0]
+    (deployment,) = HELM["dagster-user-deployments"]["deployments"]
+    assert "LANEHOUSE_TAP_TOKEN" not in names(deployment["env"])  # the code server serves no tap
+
+
+def test_no_secret_is_a_literal_env_value_in_the_kubernetes_files() -> None:
+    secret = re.compile(r"PASSWORD|SECRET|TOKEN|CREDENTIAL|API_?KEY|PRIVATE_KEY", re.IGNORECASE)
+
+    def env_entries(data: Any) -> Any:
+        if isinstance(data, dict):
+            if isinstance(data.get("name"), str) and ("value" in data or "valueFrom" in data):
+                yield data
+            for value in data.values():
+                yield from env_entries(value)
+        elif isinstance(data, list):
+            for value in data:
+                yield from env_entries(value)
+
+    for path in (KUBERNETES / "values.yaml", KUBERNETES / "dagster-instance.yaml"):
+        entries = list(env_entries(yaml.safe_load(path.read_text())))
+        assert any(secret.search(entry["name"]) for entry in entries), path
+        for entry in entries:
+            if secret.search(entry["name"]):
+                assert "value" not in entry and "secretKeyRef" in entry["valueFrom"], entry
 
 
 def test_helm_code_server_runs_the_compose_code_location() -> None:

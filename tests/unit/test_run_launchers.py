@@ -264,6 +264,21 @@ def test_a_runs_dagster_k8s_config_tag_sets_its_own_resources(
     assert pod.termination_grace_period_seconds == 45  # the instance's settings stay
 
 
+def test_a_consumer_runs_tap_token_comes_from_its_secret_even_with_a_config_tag(
+    k8s_launcher: K8sRunLauncher, instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runs bind 0.0.0.0, where /tap needs LANEHOUSE_TAP_TOKEN: a reference to the Secret
+    in the Job, never a value, and a run's own container_config does not drop it."""
+    tag = {"container_config": {"resources": {"requests": {"cpu": "2"}}}}
+    for tags in (None, {"dagster-k8s/config": json.dumps(tag)}):
+        job = launched_job(k8s_launcher, instance, monkeypatch, tags)
+        (container,) = job.spec.template.spec.containers
+        (token,) = [var for var in container.env if var.name == "LANEHOUSE_TAP_TOKEN"]
+        assert token.value is None
+        ref = token.value_from.secret_key_ref
+        assert (ref.name, ref.key, ref.optional) == ("lanehouse-tap", "token", True)
+
+
 def test_without_the_docker_socket_a_terminate_fails_after_marking_the_run_canceling(
     docker_launch: tuple[DockerRunLauncher, CapturingDockerAPI, DagsterRun],
     instance: DagsterInstance,
