@@ -42,7 +42,7 @@ from consumers.backends.metadata import decode_done
 from consumers.clock import Clock, RealClock
 from consumers.engine.handoff import chain, set_exception, set_result
 from consumers.engine.incarnations import IncarnationWatch
-from consumers.engine.liveness import DEFAULT_STALL_AFTER, StallWatch
+from consumers.engine.liveness import DEFAULT_STALL_AFTER, ClientPauses, StallWatch
 from consumers.engine.partition import PartitionState
 from consumers.engine.runner import WorkloadRunner
 from consumers.errors import BrokerError, EngineError
@@ -94,8 +94,8 @@ class SourceThread:
         self._consumer: ConsumerLike | None = None
         #: Client positions last posted to the runner.
         self._positions: dict[PartitionKey, int] = {}
-        #: Partitions this thread paused at the client (it alone pauses and resumes them).
-        self._client_paused: set[PartitionKey] = set()
+        #: What this thread told the client to pause (it alone pauses and resumes).
+        self._pauses = ClientPauses(name)
         #: Partitions with records behind them that deliver nothing (read for reports).
         self.stalls = StallWatch(stall_after, self._clock)
         self._thread = threading.Thread(target=self._run, name=f"lh-source-{name}", daemon=True)
@@ -169,6 +169,7 @@ class SourceThread:
                     self._handed.clear()
                     continue
                 messages = consumer.consume(self._batch_size, self._poll_timeout)
+                self._pauses.after_poll(consumer, self.assigned)
                 if messages and self._intake_open:
                     self._posted += 1
                     self._post(("batch", messages))
@@ -249,10 +250,10 @@ class SourceThread:
             elif verb in ("pause", "resume"):
                 keys = [key for key in arg if key in self.assigned]
                 if keys:
-                    self._pause_or_resume(consumer, verb, keys)
+                    self._pauses.apply(consumer, verb, keys)
             elif verb == "pause_all":
                 if self.assigned:
-                    self._pause_or_resume(consumer, "pause", list(self.assigned))
+                    self._pauses.apply(consumer, "pause", list(self.assigned))
             elif verb == "close":
                 self._check_topics(arg)
                 self._commit(consumer, arg, asynchronous=False)
@@ -261,19 +262,6 @@ class SourceThread:
                 consumer.close()
                 self._closed = True
                 return True
-
-    def _pause_or_resume(self, consumer: ConsumerLike, verb: str, keys: list[PartitionKey]) -> None:
-        """Pause or resume ``keys`` at the client and remember it: librdkafka keeps a paused
-        flag across revokes and new assignments, so the client's state must be known here."""
-        try:
-            getattr(consumer, verb)(keys)
-        except BrokerError as exc:
-            log.warning("workload %s: %s failed: %s", self.name, verb, exc)
-            return
-        if verb == "pause":
-            self._client_paused.update(keys)
-        else:
-            self._client_paused.difference_update(keys)
 
     def _commit(
         self, consumer: ConsumerLike, offsets: list[CommitOffset], asynchronous: bool
@@ -316,7 +304,7 @@ class SourceThread:
         if moved:
             self._positions.update(moved)
             self._post(("positions", moved))
-        self.stalls.check(consumer, self.name, self.assigned, positions, self._client_paused, held)
+        self.stalls.check(consumer, self.name, self.assigned, positions, self._pauses.paused, held)
 
     # ------------------------------------------------------------ rebalance callbacks
 
@@ -334,9 +322,7 @@ class SourceThread:
             part = PartitionState(topic, partition, skip, offset if offset >= 0 else None)
             self.assigned[(topic, partition)] = part
             parts.append(part)
-        # librdkafka keeps a partition's paused flag across a revoke or loss and the next
-        # assignment; the new state starts unpaused, so must the client.
-        self._pause_or_resume(self._consumer, "resume", keys)
+        self._pauses.assigned(keys)  # resumed after this poll (see ClientPauses)
         log.info(
             "workload %s: assigned %s", self.name, [f"{p.topic}[{p.partition}]" for p in parts]
         )
