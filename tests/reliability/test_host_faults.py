@@ -222,15 +222,7 @@ def test_a_replica_cut_from_the_broker_past_its_session_timeout(hosts: Hosts) ->
             )
             hosts.net.heal(b.host)
         healed, cut_for = time.monotonic(), time.monotonic() - cut
-        b_at_heal, b_events = len(rows(b)), len(events(b))
-        back = wait_for(
-            lambda: (
-                owned(b)
-                and len(events(b)) > b_events
-                and owned(b) & {row[2] for row in rows(b)[b_at_heal:]}
-            ),
-            STALL_BOUND + 15,
-        )
+        back = back_after_heal(b)
         left_at_heal = sum(ends.values()) - sum(sampler.latest().values())
         verdict, exits = finish(hosts, topic, group, records, ends, sampler)
         after = sampler.longest_stall(ends, since=healed)
@@ -245,6 +237,20 @@ def test_a_replica_cut_from_the_broker_past_its_session_timeout(hosts: Hosts) ->
     assert back is not None, f"the healed replica never got partitions back\n{hosts.logs()}"
     assert verdict.ok, f"{verdict}\n{hosts.logs()}"
     assert set(exits.values()) == {0}, f"{exits}\n{hosts.logs()}"
+
+
+def back_after_heal(replica: Replica) -> float | None:
+    """Seconds until a healed replica has a new assignment and handles records of partitions
+    it owns (None: not within the stall bound and a margin)."""
+    at_heal, assignments = len(rows(replica)), len(events(replica))
+    return wait_for(
+        lambda: (
+            owned(replica)
+            and len(events(replica)) > assignments
+            and owned(replica) & {row[2] for row in rows(replica)[at_heal:]}
+        ),
+        STALL_BOUND + 15,
+    )
 
 
 def _renewal_state(admin: sa.Engine, address: str) -> str | None:
@@ -377,15 +383,7 @@ def test_a_replica_cut_in_the_middle_of_a_rebalance(hosts: Hosts) -> None:
             b_in_cut = events(b)[b_events:]
             hosts.net.heal(b.host)
         healed, cut_for = time.monotonic(), time.monotonic() - cut
-        b_at_heal, b_events = len(rows(b)), len(events(b))
-        back = wait_for(
-            lambda: (
-                owned(b)
-                and len(events(b)) > b_events
-                and owned(b) & {row[2] for row in rows(b)[b_at_heal:]}
-            ),
-            STALL_BOUND + 15,
-        )
+        back = back_after_heal(b)
         left_at_heal = sum(ends.values()) - sum(sampler.latest().values())
         verdict, exits = finish(hosts, topic, group, records, ends, sampler)
         after = sampler.longest_stall(ends, since=healed)
