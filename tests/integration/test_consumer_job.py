@@ -393,7 +393,8 @@ def test_observations_report_progress_on_the_workloads_asset(graceful_run: Run) 
     assert {r.run_id for r in records} == {graceful_run.result.run_id}
     metadata = [_metadata(r) for r in records]
     for entry in metadata:
-        assert set(entry) == OBSERVATION_KEYS | {"metrics"}  # the run's endpoint, a link
+        # The run's endpoint: a link to its metrics and how to read its tap.
+        assert set(entry) == OBSERVATION_KEYS | {"metrics", "tap"}
         assert entry["workload"] == "orders"
     final, *earlier = metadata  # newest first
     assert final["status"] == "stopped"
