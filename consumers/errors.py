@@ -8,6 +8,7 @@
     ├── BrokerError          the broker or client reported an error the engine cannot absorb
     │   ├── TopicMissing     the broker says a topic does not exist
     │   ├── TopicReplaced    a topic was deleted or recreated under a running workload
+    │   ├── FinalCommitFailed  a stop drained its records but could not commit their positions
     │   └── SinkWriteError   an output or dead letter cannot be written (refused, or past its bound)
     ├── DeadLetterRatioExceeded  the safety valve stopped a workload dead-lettering too much
     ├── LandingError         a landed file cannot be written and a retry would not help
@@ -83,6 +84,20 @@ class TopicReplaced(BrokerError):
     """A topic a workload reads was deleted, or deleted and created again, while it ran: its
     positions belong to the old log, so they are never committed, and the workload must start
     again to read the topic as it is now."""
+
+
+class FinalCommitFailed(BrokerError):
+    """A stop drained every record but the broker refused the final commit: the stop is not
+    clean. Nothing is lost (the records past the last commit are handled again by the next
+    run), but the run must not report "drained and committed"."""
+
+    def __init__(self, workload: str, reason: str) -> None:
+        self.workload = workload
+        self.reason = reason
+        super().__init__(
+            f"workload {workload}: the final commit failed ({reason}); records after the last "
+            "commit are handled again by the next run (none lost)"
+        )
 
 
 class SinkWriteError(BrokerError):

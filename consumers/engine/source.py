@@ -104,6 +104,8 @@ class SourceThread:
         self.finished: asyncio.Future[None] = loop.create_future()
         self.commits = 0
         self.commit_failures = 0
+        #: Why the commit of :meth:`stop` failed (the stop is then not clean), else ``None``.
+        self.final_commit_failure: str | None = None
         self.rebalances = 0
 
     def attach(self, runner: WorkloadRunner) -> None:
@@ -256,7 +258,7 @@ class SourceThread:
                     self._pauses.apply(consumer, "pause", list(self.assigned))
             elif verb == "close":
                 self._check_topics(arg)
-                self._commit(consumer, arg, asynchronous=False)
+                self.final_commit_failure = self._commit(consumer, arg, asynchronous=False)
                 if self._watch is not None:
                     self._watch.close()
                 consumer.close()
@@ -265,20 +267,22 @@ class SourceThread:
 
     def _commit(
         self, consumer: ConsumerLike, offsets: list[CommitOffset], asynchronous: bool
-    ) -> None:
+    ) -> str | None:
+        """Send ``offsets`` of partitions still held; returns why a synchronous commit failed."""
         owned = [offset for offset in offsets if (offset[0], offset[1]) in self.assigned]
         watch = self._watch
         if watch is not None and watch.replaced:
             owned = [offset for offset in owned if not watch.fenced(offset[0])]
         if not owned:
-            return
+            return None
         try:
             consumer.commit(owned, asynchronous)
         except BrokerError as exc:
             self._on_commit(str(exc))
-            return
+            return str(exc)
         if not asynchronous:
             self._on_commit(None)
+        return None
 
     def _on_commit(self, failure: str | None) -> None:
         """Count a commit's outcome. A failed commit means replays after a restart, never a

@@ -26,7 +26,7 @@ from consumers.engine.runner import WorkloadRunner
 from consumers.engine.settings import RunnerSettings
 from consumers.engine.source import SourceThread
 from consumers.engine.tap import Tap
-from consumers.errors import LandingError, LanehouseError
+from consumers.errors import FinalCommitFailed, LandingError, LanehouseError
 from consumers.execution.executors import Handler
 from consumers.execution.interceptors import Interceptor
 from consumers.permits.pool import LocalPermitPool, PermitPool
@@ -142,7 +142,7 @@ class ConsumerApp:
             if install_signal_handlers:
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.remove_signal_handler(sig)
-        failure = failure or self._unlanded()
+        failure = failure or self._unlanded() or self._uncommitted()
         if failure is not None:
             raise failure
         seconds = self.clock.now() - started
@@ -222,6 +222,17 @@ class ConsumerApp:
         for line in lines:
             log.error("%s", line)
         return LandingError("; ".join(lines)) if lines else None
+
+    def _uncommitted(self) -> FinalCommitFailed | None:
+        """A stop whose final commit failed (the broker went away first) is not clean."""
+        failed = [
+            FinalCommitFailed(name, reason)
+            for name, source in self.sources.items()
+            if (reason := source.final_commit_failure) is not None
+        ]
+        for error in failed:
+            log.error("%s", error)
+        return failed[0] if failed else None
 
     def _on_signal(self) -> None:
         self._signals += 1

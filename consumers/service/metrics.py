@@ -75,7 +75,8 @@ class PartitionSnapshot:
 
     topic: str
     partition: int
-    #: The commit position and the log end (client-cached); None until known.
+    #: The commit position and the log end (client-cached, raised to the position when the
+    #: client has read past the cached end, so ``committed <= end``); None until known.
     committed: int | None
     end: int | None
     #: Delivered records not yet below the commit position.
@@ -124,16 +125,19 @@ def workload_snapshot(app: ConsumerApp, name: str, now: float) -> WorkloadSnapsh
     for part in runner.partitions():
         tracker = part.tracker
         position = tracker.position
-        lag = None
-        if part.high_watermark is not None and position is not None:
-            lag = max(part.high_watermark - position, 0)
+        end, lag = part.high_watermark, None
+        if end is not None and position is not None:
+            # The cached end is refreshed every few seconds; the client has read up to the
+            # position, so the log is at least that long: one moment for both numbers.
+            end = max(end, position)
+            lag = end - position
         head = tracker.head
         parts.append(
             PartitionSnapshot(
                 topic=part.topic,
                 partition=part.partition,
                 committed=position,
-                end=part.high_watermark,
+                end=end,
                 buffered=len(tracker),
                 lag=lag,
                 pinned_offset=head.offset if head is not None else None,

@@ -23,8 +23,10 @@ from consumers.backends.base import (
     PlainMessage,
     Rebalance,
 )
+from consumers.backends.memory import MemoryBroker, MemoryConsumer
 from consumers.engine.settings import RunnerSettings
 from consumers.engine.source import SourceThread
+from consumers.errors import BrokerError, FinalCommitFailed
 from consumers.record import Record
 from consumers.service.app import ConsumerApp, Workload
 from tests.helpers import until
@@ -148,3 +150,43 @@ def test_a_commit_queued_before_a_fast_reassignment_never_moves_the_position_bac
     after = consumer.log[consumer.log.index((RECORDS, "sync")) + 1 :]
     assert consumer.position == FURTHER, f"the position went back: commits {consumer.log}"
     assert after == [], f"commits sent after the revoke's: {after}"
+
+
+class GoneAtTheEnd(MemoryConsumer):
+    """A member whose broker goes away before the stop's synchronous commit (a terminal's
+    Ctrl-C that reached the broker too): asynchronous commits work, the last one is refused."""
+
+    def commit(self, offsets: list[CommitOffset], asynchronous: bool = True) -> None:
+        if not asynchronous:
+            raise BrokerError("commit failed: KafkaError{code=_WAIT_COORD}")
+        super().commit(offsets, asynchronous)
+
+
+def test_a_stop_whose_final_commit_fails_is_a_failure_not_a_clean_stop() -> None:
+    """Before: the stop returned its summaries as a clean one ("drained and committed") and the
+    run under Dagster ended SUCCESS, with one failed commit hidden in a counter."""
+    broker = MemoryBroker()
+    broker.create_topic("events", 2)
+    for i in range(200):
+        broker.produce("events", b"v", b"k%d" % (i % 10))
+    handled: list[int] = []
+
+    def handler(record: Record) -> None:
+        handled.append(record.offset)
+
+    def factory(on_commit: CommitResult) -> GoneAtTheEnd:
+        return GoneAtTheEnd(broker, "g", on_commit)
+
+    settings = RunnerSettings(name="gone", commit_interval=0.02, drain_timeout=5.0)
+    app = ConsumerApp([Workload(settings, handler, ["events"], factory)])
+
+    async def scenario() -> None:
+        run = asyncio.ensure_future(app.run())
+        await until(lambda: len(handled) == 200, 10, "every record handled")
+        app.request_stop()
+        with pytest.raises(FinalCommitFailed) as failed:
+            await run
+        assert failed.value.workload == "gone"
+        assert "_WAIT_COORD" in str(failed.value) and "none lost" in str(failed.value)
+
+    asyncio.run(scenario())
