@@ -8,6 +8,7 @@ Dagster (the instance, :mod:`orchestration.workloads.status`) is imported inside
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from datetime import datetime
@@ -24,9 +25,15 @@ from orchestration.console import print_error
 from orchestration.workloads.names import workloads_dir
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from dagster import DagsterInstance
 
+    from orchestration.workloads.progress import TopicProgress
     from orchestration.workloads.status import WorkloadStatus
+
+#: Seconds to read a still workload's lag from its broker (all of them at once).
+MEASURE_TIMEOUT = 2.0
 
 workloads_app = typer.Typer(
     name="workloads",
@@ -79,12 +86,14 @@ def _instance(state_dir: Path | None) -> DagsterInstance:
 def _collect(
     state_dir: Path | None, specs: Path | None, names: list[str] | None
 ) -> tuple[list[WorkloadStatus], str | None]:
+    from consumers.scaling.lag import measure_lag
     from orchestration.workloads.status import collect_statuses, sensor_state
 
     directory = specs if specs is not None else workloads_dir()
     with _instance(state_dir) as instance:
         sensor, cursor = sensor_state(instance)
-        return collect_statuses(instance, directory, names, cursor=cursor), sensor
+        measure = functools.partial(measure_lag, timeout=MEASURE_TIMEOUT)
+        return collect_statuses(instance, directory, names, cursor=cursor, measure=measure), sensor
 
 
 def _ago(seconds: float) -> str:
@@ -147,6 +156,7 @@ def workloads_list(
         progress = status.progress
         lags = [p.lag for p in progress if p.lag is not None]
         rate = sum(p.throughput_per_s or 0.0 for p in progress)
+        still = any(p.lag_from == "broker" for p in progress)
         table.add_row(
             Text(status.name),
             Text(status.source_kind or "-"),
@@ -154,13 +164,23 @@ def workloads_list(
             Text(_replicas(status)),
             Text(run.run_id[:8] if run else "-"),
             Text(run.status if run else "-"),
-            Text(f"{rate:.1f}" if progress else "-"),
+            Text(f"{rate:.1f}" if progress and not still else "-"),
             Text(str(sum(lags)) if lags else "-"),
             Text(str(sum(p.in_flight or 0 for p in progress)) if progress else "-"),
-            Text(_ago(min(p.age_seconds for p in progress)) if progress else "-"),
+            Text(_reported(progress)),
             Text(status.note or ""),
         )
     console.print(table)
+
+
+def _reported(progress: Sequence[TopicProgress]) -> str:
+    """How old the figures are; ``broker, now`` when no replica runs (its lag read now)."""
+    if not progress:
+        return "-"
+    if any(p.lag_from == "broker" for p in progress):
+        unknown = next((p.lag_unknown for p in progress if p.lag_unknown), None)
+        return "broker, now" if unknown is None else "broker: lag unknown"
+    return _ago(min(p.age_seconds for p in progress))
 
 
 def _replicas(status: WorkloadStatus) -> str:
@@ -201,7 +221,12 @@ def workloads_status(
     ]
     for line in lines:
         console.print(Text(line))
-    if status.progress:
+    still = [p for p in status.progress if p.lag_from == "broker"]
+    if still:
+        for p in still:
+            lag = p.lag if p.lag is not None else f"unknown ({p.lag_unknown})"
+            console.print(Text(f"lag        {lag} on {p.topic} (broker, now: no replica runs)"))
+    elif status.progress:
         run_id = status.run.run_id[:8] if status.run else "-"
         topics = Table(title=Text(f"engine progress (last report of run {run_id})"))
         for column in ("topic", "reported", "msg/s", "lag", "in flight", "completed", "failed"):

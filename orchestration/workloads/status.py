@@ -9,21 +9,23 @@ works the same against ``lanehouse up`` on a laptop and a production instance on
 * the **runs** of the consumer job for the workload's partition, and the engine's metrics as the
   newest run reported them: the ``AssetObservation`` of the workload's asset (throughput, lag,
   in flight, the oldest unfinished record), with its age. Observations of an older run are not
-  shown as current.
+  shown as current, and a workload no replica runs shows the broker's lag read now
+  (:mod:`orchestration.workloads.standstill`), never its last run's rate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
 
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from pydantic import BaseModel, ConfigDict
 
 from consumers.config.spec import WorkloadSpec
+from consumers.scaling.lag import Lag, measure_lag
 from consumers.scaling.policy import ScaleState
 from orchestration.workloads.cursor import (
     CRASH_LOOP_TAG,
@@ -34,7 +36,6 @@ from orchestration.workloads.cursor import (
     WorkloadState,
     policy_from_env,
 )
-from orchestration.workloads.health import newest_reports
 from orchestration.workloads.heartbeat import read_heartbeats
 from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,
@@ -47,35 +48,18 @@ from orchestration.workloads.names import (
     stop_reason_of,
     unit_workload,
 )
+from orchestration.workloads.progress import TopicProgress, reported_progress, still_progress
 from orchestration.workloads.registry import InvalidSpec, Registry, read_registry
+from orchestration.workloads.standstill import standing_still
 
 __all__ = ["RunSummary", "TopicProgress", "WorkloadStatus", "collect_statuses", "sensor_state"]
 
 _FINISHED = frozenset(status.value for status in FINISHED)
 _LIVE = [status for status in DagsterRunStatus if status not in FINISHED]
-_N = TypeVar("_N", int, float)
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True)
-
-
-class TopicProgress(_Model):
-    """The engine's last report on the workload's topics (``AssetObservation`` metadata of its
-    asset, ``workloads/<name>``)."""
-
-    topic: str
-    observed_at: datetime
-    age_seconds: float
-    status: str | None
-    throughput_per_s: float | None
-    lag: int | None
-    in_flight: int | None
-    records_completed: int | None
-    records_failed: int | None
-    pinned_partition: int | None
-    pinned_offset: int | None
-    pinned_seconds: float | None
 
 
 class RunSummary(_Model):
@@ -140,9 +124,11 @@ def collect_statuses(
     now: datetime | None = None,
     policy: RestartPolicy | None = None,
     cursor: DiscoveryState | None = None,
+    measure: Callable[[WorkloadSpec], Lag] = measure_lag,
 ) -> list[WorkloadStatus]:
     """Every workload in ``directory`` (or only ``names``), plus ones the sensor's ``cursor``
-    (read from the instance when not given) still remembers."""
+    (read from the instance when not given) still remembers. ``measure`` reads a still
+    workload's lag from its broker (:mod:`orchestration.workloads.standstill`)."""
     now = now or datetime.now(UTC)
     policy = policy or policy_from_env()
     registry = read_registry(directory) if directory.is_dir() else Registry({})
@@ -164,7 +150,31 @@ def collect_statuses(
         scale = cursor.scale.get(name) if cursor is not None else None
         context = _Context(registry, invalid, states.get(name), now, policy, age, scale)
         statuses.append(_status(instance, name, runs, context))
-    return statuses
+    return _with_broker_lag(statuses, registry, now, measure)
+
+
+def _with_broker_lag(
+    statuses: list[WorkloadStatus],
+    registry: Registry,
+    now: datetime,
+    measure: Callable[[WorkloadSpec], Lag],
+) -> list[WorkloadStatus]:
+    """Each still workload's figures from its broker, read in parallel: an unreachable broker
+    costs one measuring timeout for the whole listing, not one per workload."""
+    still = [
+        (registry.workloads[s.name].spec, s.phase)
+        for s in statuses
+        if s.name in registry.workloads and standing_still(s.phase, s.replicas_running)
+    ]
+    if not still:
+        return statuses
+    with ThreadPoolExecutor(max_workers=min(len(still), 16)) as pool:
+        figures = pool.map(lambda job: still_progress(job[0], job[1], now, measure), still)
+        read = {spec.name: progress for (spec, _), progress in zip(still, figures, strict=True)}
+    return [
+        s.model_copy(update={"progress": (read[s.name],)}) if s.name in read else s
+        for s in statuses
+    ]
 
 
 @dataclass(frozen=True)
@@ -225,15 +235,18 @@ def _status(
     spec = entry.spec if entry is not None else None
     run = _current(runs)
     live = [r.run_id for r in runs if r.status not in _FINISHED]
-    progress: list[TopicProgress] = []
-    reporting = live or ([run.run_id] if run is not None else [])
-    if spec is not None and reporting:
-        report = _progress(instance, spec, reporting, now)
-        if report is not None:
-            progress.append(report)
     crashes = len(state.crashes) if state is not None else 0
     next_start = _stamp(state.next_start) if state is not None else None
     phase, note = _phase(entry is not None, broken, spec, run, crashes, context)
+    progress: list[TopicProgress] = []  # a still workload's: _with_broker_lag
+    if (
+        spec is not None
+        and not standing_still(phase, len(live))
+        and (reporting := live or ([run.run_id] if run is not None else []))
+    ):
+        report = reported_progress(instance, spec, reporting, now)
+        if report is not None:
+            progress.append(report)
     if entry is not None:
         file = entry.file
     elif broken is not None:
@@ -323,54 +336,5 @@ def _phase(
     return "starting", "the discovery sensor launches it on its next tick"
 
 
-def _progress(
-    instance: DagsterInstance, spec: WorkloadSpec, run_ids: list[str], now: datetime
-) -> TopicProgress | None:
-    """The last report on the workload's asset of each of ``run_ids`` (the live replicas), added
-    up: each replica reports its own partitions, so rates, lag and counts sum; the pin is the
-    oldest."""
-    topic = ", ".join(spec.source.topics)
-    newest = newest_reports(instance, spec.name, run_ids)
-    if not newest:
-        return None
-    reports = [meta for _, meta in newest.values()]
-    at = datetime.fromtimestamp(max(stamp for stamp, _ in newest.values()), tz=UTC)
-    pins = [m for m in reports if _number(m.get("pinned_seconds")) is not None]
-    pin = max(pins, key=lambda m: _number(m.get("pinned_seconds")) or 0.0) if pins else {}
-    return TopicProgress(
-        topic=topic,
-        observed_at=at,
-        age_seconds=max((now - at).total_seconds(), 0.0),
-        status=_text(reports[0].get("status")),
-        throughput_per_s=_total(reports, "throughput_per_s", _number),
-        lag=_total(reports, "lag", _integer),
-        in_flight=_total(reports, "in_flight", _integer),
-        records_completed=_total(reports, "records_completed", _integer),
-        records_failed=_total(reports, "records_failed", _integer),
-        pinned_partition=_integer(pin.get("pinned_partition")),
-        pinned_offset=_integer(pin.get("pinned_offset")),
-        pinned_seconds=_number(pin.get("pinned_seconds")),
-    )
-
-
-def _total(
-    reports: Sequence[Mapping[str, object]], field: str, read: Callable[[object], _N | None]
-) -> _N | None:
-    values = [value for m in reports if (value := read(m.get(field))) is not None]
-    return sum(values[1:], values[0]) if values else None
-
-
 def _window(policy: RestartPolicy) -> str:
     return f"the last {policy.crash_window / 60:g} min"
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) else None
-
-
-def _integer(value: object) -> int | None:
-    return int(value) if isinstance(value, int | float) else None
