@@ -87,6 +87,7 @@ from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
 from orchestration.workloads.registry import Registry, SpecCache, read_registry
 from orchestration.workloads.reload import Reloader
 from orchestration.workloads.scaling import SCALING_TAG, Measure, plan_scaling
+from orchestration.workloads.standstill import StillWatch
 
 __all__ = [
     "UNFINISHED",
@@ -213,17 +214,20 @@ def _evaluate(
         asset_events=[
             *scaling.observations,
             *watch.phase_changes(decision.phases, registry, scaling.wanted),
+            # After the phase: a still workload's page shows the broker's lag last.
+            *watch.still.observations(decision.phases, registry, now, measure),
         ],
     )
 
 
 class Watch:
     """What the sensor remembers between ticks in its process (not in the cursor: losing it only
-    repeats an observation): each workload's last phase as observed on its asset, and the
-    code-location reloads it asked for."""
+    repeats an observation): each workload's last phase as observed on its asset, when it last
+    observed a still workload's lag, and the code-location reloads it asked for."""
 
     def __init__(self) -> None:
         self.reloader = Reloader()
+        self.still = StillWatch()
         self._phases: dict[str, tuple[str, int, int]] = {}
 
     def phase_changes(

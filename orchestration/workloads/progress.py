@@ -6,15 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from dagster import DagsterInstance
 from pydantic import BaseModel, ConfigDict
 
 from consumers.config.spec import WorkloadSpec
-from consumers.scaling.lag import Lag
 from orchestration.workloads.health import newest_reports
-from orchestration.workloads.standstill import standstill_figures
 
 __all__ = ["TopicProgress", "reported_progress", "still_progress"]
 
@@ -75,16 +73,14 @@ def reported_progress(
     )
 
 
-def still_progress(
-    spec: WorkloadSpec, phase: str, now: datetime, measure: Callable[[WorkloadSpec], Lag]
-) -> TopicProgress:
-    """A still workload's figures, read from the broker now (no rate, nothing in flight)."""
-    figures = standstill_figures(spec, phase, measure)
+def still_progress(figures: Mapping[str, Any], now: datetime) -> TopicProgress:
+    """A still workload's figures (:func:`~orchestration.workloads.standstill.standstill_figures`),
+    read from the broker now: no rate, nothing in flight."""
     return TopicProgress(
-        topic=", ".join(spec.source.topics),
+        topic=str(figures["topics"]),
         observed_at=now,
         age_seconds=0.0,
-        status=phase,
+        status=_text(figures["status"]),
         throughput_per_s=None,
         lag=_integer(figures["lag"]),
         in_flight=0,

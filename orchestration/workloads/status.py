@@ -16,7 +16,6 @@ works the same against ``lanehouse up`` on a laptop and a production instance on
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,7 +49,7 @@ from orchestration.workloads.names import (
 )
 from orchestration.workloads.progress import TopicProgress, reported_progress, still_progress
 from orchestration.workloads.registry import InvalidSpec, Registry, read_registry
-from orchestration.workloads.standstill import standing_still
+from orchestration.workloads.standstill import figures_of_all, standing_still
 
 __all__ = ["RunSummary", "TopicProgress", "WorkloadStatus", "collect_statuses", "sensor_state"]
 
@@ -159,20 +158,17 @@ def _with_broker_lag(
     now: datetime,
     measure: Callable[[WorkloadSpec], Lag],
 ) -> list[WorkloadStatus]:
-    """Each still workload's figures from its broker, read in parallel: an unreachable broker
-    costs one measuring timeout for the whole listing, not one per workload."""
+    """Each still workload's figures, from its broker (all read at once)."""
     still = [
         (registry.workloads[s.name].spec, s.phase)
         for s in statuses
         if s.name in registry.workloads and standing_still(s.phase, s.replicas_running)
     ]
-    if not still:
-        return statuses
-    with ThreadPoolExecutor(max_workers=min(len(still), 16)) as pool:
-        figures = pool.map(lambda job: still_progress(job[0], job[1], now, measure), still)
-        read = {spec.name: progress for (spec, _), progress in zip(still, figures, strict=True)}
+    read = figures_of_all(still, measure)
     return [
-        s.model_copy(update={"progress": (read[s.name],)}) if s.name in read else s
+        s.model_copy(update={"progress": (still_progress(read[s.name], now),)})
+        if s.name in read
+        else s
         for s in statuses
     ]
 

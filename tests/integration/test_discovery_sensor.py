@@ -42,7 +42,7 @@ from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._daemon.sensor import execute_sensor_iteration
 
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
-from consumers.scaling.lag import Lag, measure_lag
+from consumers.scaling.lag import Lag, PartitionLag, measure_lag
 from orchestration.workloads.assets import workload_key
 from orchestration.workloads.cursor import CRASH_LOOP_TAG, RESTARTS_TAG, RestartPolicy
 from orchestration.workloads.decisions import SCALE_DOWN_SETTLE
@@ -193,6 +193,13 @@ class Platform:
                 return {k: v.value for k, v in observation.metadata.items()}
         raise AssertionError(f"no observation of {name} with {field}")
 
+    def observations(self, name: str) -> list[dict[str, object]]:
+        """Every observation of the workload's asset, newest first, as plain values."""
+        return [
+            {k: v.value for k, v in r.asset_observation.metadata.items()}  # type: ignore[union-attr]
+            for r in self.instance.fetch_observations(workload_key(name), limit=50).records
+        ]
+
     def status(self, name: str) -> object:
         """The workload's status as the sensor last observed it on the workload's asset."""
         return self.observed(name, "status")["status"]
@@ -341,23 +348,36 @@ def test_user_terminated_run_stays_stopped_until_relaunched(
     assert platform.status("orders") == "starting"
     platform.terminate_from_ui(run, force)
     assert platform.runs("orders")[0].status == (S.CANCELED if force else S.SUCCESS)
+    # Nobody reads its topic now: records pile up behind the group's committed offset.
+    behind = PartitionLag("orders-in", 0, committed=70, end=1000, behind=930, oldest_age=45.0)
+    platform.lag = Lag(930, 45.0, 1, (behind,))
     for _ in range(5):
         platform.now += 600
         stopped = platform.tick()
         assert stopped.run_requests == []
         assert stopped.skip_message == "workloads: 1 stopped by a person"
     assert len(platform.runs("orders")) == 1
-    # The workload's page says so, once (the sensor observes its asset when the phase changes).
+    # The workload's page says so when the phase changes, then shows the broker's lag behind
+    # it on every tick a minute apart: no rate, nothing in flight (never the last run's rate).
     assert platform.status("orders") == "stopped by a person"
-    statuses = [
-        r.asset_observation.metadata["status"].value  # type: ignore[union-attr]
-        for r in platform.instance.fetch_observations(workload_key("orders"), limit=50).records
-    ]
-    assert statuses == ["stopped by a person", "starting"]
+    observed = platform.observations("orders")
+    assert [m["status"] for m in observed] == ["stopped by a person"] * 6 + ["starting"]
+    still = [m for m in observed if m.get("lag_from") == "broker"]
+    assert len(still) == 5 and observed[0] is still[0]
+    assert {(m["lag"], m["throughput_per_s"], m["in_flight"]) for m in still} == {(930, 0.0, 0)}
+    [row] = still[0]["partition_lag"].records
+    assert (row.data["lag"], row.data["committed"], row.data["end"]) == (930, 70, 1000)
+    platform.now += 10
+    platform.tick()
+    assert len(platform.observations("orders")) == 7  # within the minute: not again
 
     theirs = platform.launch_from_ui("orders")
-    platform.now += 10
+    platform.now += 600
     assert platform.tick().skip_message == "workloads: 1 running"
+    assert [m["status"] for m in platform.observations("orders")][:2] == [
+        "running",
+        "stopped by a person",
+    ]
     # Managed again: a spec change replaces their run like any other.
     platform.write("orders", concurrency=99)
     platform.tick()
