@@ -99,6 +99,9 @@ class LandingSpec(FrozenModel):
     flush_interval: Duration = Field(default=60.0, gt=0)
     #: The directory level of a landed file; only the record's UTC day is supported.
     partition_by: Literal["event_date"] = "event_date"
+    #: Another enabled workload may land one of these topics into this dataset too: both must
+    #: say so, and only from Pulsar (:mod:`consumers.config.overlaps` has the rule and why).
+    allow_overlap: bool = False
 
 
 class BatchSpec(FrozenModel):

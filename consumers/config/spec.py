@@ -41,6 +41,7 @@ from consumers.config.loading import (
     spec_files,
 )
 from consumers.config.names import Name
+from consumers.config.overlaps import check_overlaps, option_problem
 from consumers.config.platform import PlatformConfig, load_platform_config
 from consumers.config.replicas import Replicas, replica_problem
 from consumers.config.sections import (
@@ -188,6 +189,8 @@ class WorkloadSpec(FrozenModel):
                 "landing and output: a workload either lands its records or forwards them to "
                 "an output topic; declare a second workload on the output topic to land that"
             )
+        if self.landing and (problem := option_problem(self.source, self.landing)):
+            raise ValueError(problem)
         self._check_clusters()
         return self
 
@@ -261,6 +264,8 @@ def spec_hash(spec: WorkloadSpec) -> str:
     # Left out while unset, so a spec naming no cluster keeps the hash it had before clusters.
     if not data["clusters"]:
         del data["clusters"]
+    if data["landing"] is not None:  # what discovery allows, not what a run does
+        del data["landing"]["allow_overlap"]
     for field, unset in _LATER_FIELDS:
         if data[field] == unset:
             del data[field]
@@ -376,7 +381,8 @@ def load_specs(
     platform: PlatformConfig | None = None,
 ) -> list[WorkloadSpec]:
     """Load several spec files (a directory means its ``*.yaml``/``*.yml``); names must be
-    unique. ``platform`` as in :func:`load_spec` (the file is read at most once)."""
+    unique, and no two may land one topic into one dataset (:mod:`consumers.config.overlaps`).
+    ``platform`` as in :func:`load_spec` (the file is read at most once)."""
     specs: list[WorkloadSpec] = []
     seen: dict[str, str] = {}
     loader = _platform_loader(platform, env)
@@ -390,4 +396,5 @@ def load_specs(
             )
         seen[spec.name] = str(path)
         specs.append(spec)
+    check_overlaps(zip(seen.values(), specs, strict=True))
     return specs

@@ -38,7 +38,9 @@ Per replica, in order (:class:`orchestration.workloads.steps.WorkloadStep`):
    ``name:hash:n+1``: Dagster never reuses a run key, so every launch needs a new one.
 
 A workload whose file turns invalid is *held*: its run keeps going on the last valid spec, nothing
-is stopped or started for it, its partition stays.
+is stopped or started for it, its partition stays. Two files landing one topic into one dataset
+are both invalid (:attr:`Registry.overlaps`): a running one is held, a new one never starts, and
+the tick's summary names both files.
 """
 
 from __future__ import annotations
@@ -74,7 +76,8 @@ class Decision:
     delete_partitions: tuple[str, ...]
     state: DiscoveryState
     messages: tuple[Message, ...]
-    #: One line for the tick: workloads by phase, crash-looping ones, invalid files.
+    #: One line for the tick: workloads by phase, crash-looping ones, invalid files, and the
+    #: files refused for landing one topic twice.
     summary: str
     #: Each replica's phase (``running``, ``stopped by a person``, ...; ``crash-looping``
     #: wins), by :func:`~orchestration.workloads.names.replica_unit` name.
@@ -158,7 +161,7 @@ def decide(
         delete_partitions=tuple(sorted(existing - keep)),
         state=state.model_copy(update={"workloads": workloads, "retired": retired}),
         messages=tuple(out.messages),
-        summary=out.summary(len(registry.invalid)),
+        summary=_with_overlaps(out.summary(len(registry.invalid)), registry),
         phases={
             **{unit: phase for phase, units in out.phases.items() for unit in units},
             **dict.fromkeys(out.crash_looping, "crash-looping"),
@@ -197,6 +200,14 @@ def _next_to_scale_down(
         if name in counts and replica >= counts[name] and started:
             highest[name] = max(highest.get(name, replica), replica)
     return {name: replica for name, replica in highest.items() if name not in busy}
+
+
+def _with_overlaps(summary: str, registry: Registry) -> str:
+    """Name both files of each overlap in the skip reason, not only in the tick log: a copied
+    file is the usual cause, and the person who copied it looks at the sensor's page."""
+    if not registry.overlaps:
+        return summary
+    return f"{summary}; REFUSED, a topic landed twice: " + "; ".join(map(str, registry.overlaps))
 
 
 def _held(registry: Registry, state: DiscoveryState) -> dict[str, InvalidSpec]:

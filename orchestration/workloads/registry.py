@@ -10,6 +10,10 @@ field, reason) and every valid file is kept.
 * **A name declared by two files** makes both files invalid (field ``name``) and neither is
   registered: picking one by file order would let a copied file silently replace a running
   workload's spec. The sensor holds such a workload as it is until one file is renamed.
+* **One topic landed into one dataset by two enabled workloads** (of one cluster) makes both
+  files invalid (field ``landing``; :mod:`consumers.config.overlaps` has the rule), unless both
+  opt in: a copied file would land every record a second time. A running one is held like a
+  name declared twice; neither is started until one file changes.
 * **Cheap:** a :class:`SpecCache` remembers each file's outcome by its ``stat`` identity (mtime in
   ns, size, inode), the platform config file's (the clusters a spec names live there) and the
   environment it was interpolated with, so an unchanged directory costs one ``stat`` per file.
@@ -23,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from consumers.config.loading import read_yaml_mapping, spec_files
+from consumers.config.overlaps import LandingOverlap, landing_overlaps, reasons_by_file
 from consumers.config.platform import config_path
 from consumers.config.spec import WorkloadSpec, load_spec, spec_hash
 from consumers.errors import SpecError
@@ -58,10 +63,12 @@ class InvalidSpec:
 
 @dataclass(frozen=True)
 class Registry:
-    """Valid workloads by name (sorted) and the invalid files (in file order)."""
+    """Valid workloads by name (sorted), the invalid files (in file order) and the pairs of
+    files refused for landing one topic into one dataset (each file also among ``invalid``)."""
 
     workloads: Mapping[str, RegisteredWorkload]
     invalid: tuple[InvalidSpec, ...] = ()
+    overlaps: tuple[LandingOverlap, ...] = ()
 
     def specs(self) -> list[WorkloadSpec]:
         """The valid specs, by workload name."""
@@ -163,9 +170,13 @@ def _declared_name(file: str) -> str | None:
 
 def _registry(outcomes: list[_Outcome]) -> Registry:
     files_by_name: dict[str, list[str]] = {}
-    for outcome in outcomes:
-        if isinstance(outcome, RegisteredWorkload):
-            files_by_name.setdefault(outcome.name, []).append(outcome.file)
+    valid = [outcome for outcome in outcomes if isinstance(outcome, RegisteredWorkload)]
+    for entry in valid:
+        files_by_name.setdefault(entry.name, []).append(entry.file)
+    # Over every file valid on its own, those of a name declared twice too: one of them may
+    # still be running (held), and a new file must not land its topic a second time.
+    overlaps = landing_overlaps((entry.file, entry.spec) for entry in valid)
+    overlapping = reasons_by_file(overlaps)
     workloads: dict[str, RegisteredWorkload] = {}
     invalid: list[InvalidSpec] = []
     for outcome in outcomes:
@@ -174,7 +185,11 @@ def _registry(outcomes: list[_Outcome]) -> Registry:
             continue
         files = files_by_name[outcome.name]
         if len(files) == 1:
-            workloads[outcome.name] = outcome
+            if outcome.file in overlapping:
+                reason = overlapping[outcome.file]
+                invalid.append(InvalidSpec(outcome.file, "landing", reason, outcome.name))
+            else:
+                workloads[outcome.name] = outcome
             continue
         others = ", ".join(other for other in files if other != outcome.file)
         reason = (
@@ -182,4 +197,4 @@ def _registry(outcomes: list[_Outcome]) -> Registry:
             "rename one of them (neither file is used until then)"
         )
         invalid.append(InvalidSpec(outcome.file, "name", reason, outcome.name))
-    return Registry(dict(sorted(workloads.items())), tuple(invalid))
+    return Registry(dict(sorted(workloads.items())), tuple(invalid), tuple(overlaps))

@@ -74,6 +74,41 @@ def test_bad_spec_fails_validate_and_consume_before_reading(
     assert committed_offsets(kafka_broker.bootstrap, f"g-{case}", topic, 1) == {0: -1001}
 
 
+def test_a_copied_landing_workload_is_refused_before_anything_lands(
+    kafka_broker: TansuBroker, topic_factory, tmp_path: Path
+) -> None:
+    """Issue #31: a copy of a landing spec under a new name and group would land every record
+    of the topic a second time into the same dataset."""
+    topic = topic_factory(1)
+    produce_sample(kafka_broker.bootstrap, topic, 10, keys=2)
+    specs = tmp_path / "workloads"
+    specs.mkdir()
+    files = []
+    for name in ("clicks", "clicks-v2"):
+        text = spec_text(kafka_broker.bootstrap, topic, f"g-{name}", name=name)
+        files.append(specs / f"{name}.yaml")
+        files[-1].write_text(text + "landing: {dataset: clicks}\n")
+    lake = tmp_path / "lake"
+    env = {**ENV, "LANEHOUSE_LAKE": str(lake)}
+
+    for command in (["validate", str(specs)], ["consume", str(specs), "--until-idle", "1"]):
+        result = CliRunner().invoke(app, command, env=env)
+        assert result.exit_code == 2, result.output
+        text = " ".join(result.output.split())
+        assert all(str(file) in text for file in files), text
+        assert f"both land topic '{topic}'" in text and "into dataset 'clicks'" in text, text
+
+    # Nothing was read or landed.
+    assert not lake.exists()
+    for name in ("clicks", "clicks-v2"):
+        assert committed_offsets(kafka_broker.bootstrap, f"g-{name}", topic, 1) == {0: -1001}
+
+    # Landing into a second dataset is the way to run both.
+    files[1].write_text(files[1].read_text().replace("dataset: clicks", "dataset: clicks_v2"))
+    result = CliRunner().invoke(app, ["validate", str(specs)], env=env)
+    assert result.exit_code == 0, result.output
+
+
 def test_validate_accepts_the_example_workloads() -> None:
     env = {
         **ENV,

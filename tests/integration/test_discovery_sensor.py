@@ -449,6 +449,63 @@ def test_invalid_spec_is_reported_and_others_are_unaffected(platform: Platform) 
     assert platform.partitions() == {"orders", "clicks"}
 
 
+LANDING = """\
+name: {name}
+source:
+  kind: kafka
+  bootstrap_servers: 127.0.0.1:9092
+  topics: [{topic}]
+landing: {{dataset: {dataset}}}
+"""
+
+
+def test_two_workloads_landing_one_topic_into_one_dataset_are_refused(platform: Platform) -> None:
+    """Issue #31: a copied landing spec (new name, new group) would land every record again.
+    The running one is held on its spec, the copy never starts; two new ones: neither starts."""
+
+    def write(name: str, topic: str = "clicks", dataset: str = "clicks") -> Path:
+        path = platform.directory / f"{name}.yaml"
+        path.write_text(LANDING.format(name=name, topic=topic, dataset=dataset))
+        return path
+
+    clicks = write("clicks")
+    platform.tick()
+    (run,) = platform.runs("clicks")
+
+    copy = write("clicks-copy")
+    first, second = write("views-a", topic="views"), write("views-b", topic="views")
+    platform.now += 10
+    data = platform.tick()
+    assert data.run_requests == []
+    assert (
+        platform.runs("clicks-copy") == platform.runs("views-a") == platform.runs("views-b") == []
+    )
+    assert platform.partitions() == {"clicks"}
+    running = platform.instance.get_run_by_id(run.run_id) or pytest.fail("run vanished")
+    assert running.status == S.STARTED and STOP_REASON_TAG not in running.tags
+    assert data.skip_message is not None
+    assert "1 held (invalid spec)" in data.skip_message
+    assert f"REFUSED, a topic landed twice: {copy} and {clicks} both land topic 'clicks'" in (
+        data.skip_message
+    )
+    assert f"{first} and {second} both land topic 'views'" in data.skip_message
+    errors = platform.log_text(logging.ERROR)
+    assert f"invalid spec {copy}: landing: workload 'clicks-copy' and workload 'clicks' " in errors
+    assert (
+        f"invalid spec {clicks}: landing: workload 'clicks' and workload 'clicks-copy' " in errors
+    )
+
+    # The copy lands into its own dataset, one of the new pair goes: each starts once.
+    write("clicks-copy", dataset="clicks_copy")
+    second.unlink()
+    platform.now += 10
+    data = platform.tick()
+    assert sorted(r.partition_key for r in data.run_requests or []) == ["clicks-copy", "views-a"]
+    assert [r.run_id for r in platform.runs("clicks")] == [run.run_id]  # never restarted
+    platform.now += 10
+    assert platform.tick().skip_message == "workloads: 3 running"
+
+
 def test_disabled_workload_is_a_partition_without_a_run(platform: Platform) -> None:
     platform.write("orders", enabled=False)
     data = platform.tick()
