@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -161,6 +162,36 @@ def split_between(daemon: Daemon, *replicas: str) -> Callable[[], bool]:
     return check
 
 
+class TagWatch(threading.Thread):
+    """Samples the live runs' ``lanehouse/assigned`` tags every 0.1 s while a rebalance runs:
+    the longest time any partition was claimed by two runs at once."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        super().__init__(name="tag-watch", daemon=True)
+        self.daemon_ = daemon
+        self.longest = 0.0
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        since: float | None = None
+        while not self._done.wait(0.1):
+            claims = Counter(p for run in self.daemon_.live().values() for p in assigned(run))
+            now = time.monotonic()
+            if any(n > 1 for n in claims.values()):
+                since = now if since is None else since
+                self.longest = max(self.longest, now - since)
+            else:
+                since = None
+
+    def __enter__(self) -> TagWatch:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._done.set()
+        self.join(10)
+
+
 @pytest.fixture
 def platform(tmp_path: Path, kafka_broker: TansuBroker, topic_factory) -> Iterator[Daemon]:
     home, workloads, records = tmp_path / "dagster", tmp_path / "workloads", tmp_path / "records"
@@ -174,7 +205,8 @@ def platform(tmp_path: Path, kafka_broker: TansuBroker, topic_factory) -> Iterat
         "DAGSTER_HOME": str(home),
         "LANEHOUSE_WORKLOADS": str(workloads),
         "LANEHOUSE_LAKE": str(tmp_path / "lake"),
-        "LANEHOUSE_OBSERVE_SECONDS": "0.5",
+        # Reports as in production: the assigned tags must follow rebalances between them.
+        "LANEHOUSE_OBSERVE_SECONDS": "30",
         "LH_HEARTBEAT_SECONDS": "0.5",
         "LH_RECORD_DIR": str(records),
         "LH_DELAY": "0.02",
@@ -233,10 +265,14 @@ def test_replica_runs_scale_up_split_survive_a_kill_and_scale_down_losing_nothin
         flow.start()
         wait_until(lambda: _handled(records) >= 1000, 60, message="records flow")
 
-        set_replicas(daemon, kafka_broker, 3)  # scale up while records flow
-        wait_until(
-            split_between(daemon, "0", "1", "2"), 90, message="three runs, 2 partitions each"
-        )
+        with TagWatch(daemon) as tags:
+            set_replicas(daemon, kafka_broker, 3)  # scale up while records flow
+            wait_until(
+                split_between(daemon, "0", "1", "2"), 90, message="three runs, 2 partitions each"
+            )
+        # Tags follow a rebalance within a look (0.5 s), not a report (30 s here): before, two
+        # replicas' tags claimed the same partitions until the next report.
+        assert tags.longest < 2.0, f"a partition claimed twice for {tags.longest:.1f}s"
         assert daemon.live()["0"].run_id == first  # never touched
         assert not any(r.tags.get("lanehouse/stop_reason") for r in daemon.runs().values())
         wait_until(
@@ -264,8 +300,10 @@ def test_replica_runs_scale_up_split_survive_a_kill_and_scale_down_losing_nothin
         total = first_part + SECOND_PART
         wait_until(lambda: _handled(records) >= first_part + 1000, 60, message="more flows")
 
-        set_replicas(daemon, kafka_broker, 1)  # scale down while records flow
-        wait_until(split_between(daemon, "0"), 90, message="replica 0 takes every partition")
+        with TagWatch(daemon) as tags:
+            set_replicas(daemon, kafka_broker, 1)  # scale down while records flow
+            wait_until(split_between(daemon, "0"), 90, message="replica 0 takes every partition")
+        assert tags.longest < 2.0, f"a partition claimed twice for {tags.longest:.1f}s"
         assert daemon.live()["0"].run_id == first  # never touched
         stopped = [r for r in daemon.runs().values() if r.tags.get("lanehouse/stop_reason")]
         assert sorted(r.tags[REPLICA_TAG] for r in stopped) == ["1", "2"]
