@@ -72,6 +72,9 @@ class LastRun(FrozenModel):
     #: unfinished, or its heartbeat changed. Silent for ``heartbeat_timeout``: the worker is gone.
     heartbeat: str | None = None
     alive_seen: float | None = None
+    #: When it ended (run storage's clock): a crash's backoff counts from here, not from the
+    #: tick that saw it, so a sensor tick late by up to its interval does not add to it.
+    ended_at: float | None = None
 
 
 class WorkloadState(FrozenModel):

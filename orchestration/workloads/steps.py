@@ -183,11 +183,16 @@ class WorkloadStep:
                 by_sensor=newest.by_sensor,
                 spec_hash=newest.spec_hash or adopted,
                 stop_reason=newest.stop_reason,
+                ended_at=newest.ended_at,
             )
         elif last is not None:
             current = next((run for run in runs if run.run_id == last.run_id), None)
             if current is not None:
-                update = {"status": current.status.value, "stop_reason": current.stop_reason}
+                update = {
+                    "status": current.status.value,
+                    "stop_reason": current.stop_reason,
+                    "ended_at": current.ended_at,
+                }
                 last = last.model_copy(update=update)
             elif last.status not in FINISHED_VALUES:
                 self.out.warning(f"{self.name}: run {last.run_id} is gone from run storage")
@@ -241,9 +246,13 @@ class WorkloadStep:
         if last.status == DagsterRunStatus.FAILURE.value:
             self.crashes = (*self.crashes, self.now)
             delay = self.policy.delay(len(self.crashes))
-            self.next_start = self.now + delay
+            # From the failure, not from this tick (clamped: another machine's clock).
+            failed_at = min(self.now, last.ended_at or self.now)
+            self.next_start = failed_at + delay
+            wait = self.next_start - self.now
             then = (
-                f"restarting in {delay:.0f} s"
+                (f"restarting in {wait:.0f} s" if wait > 0 else "restarting now")
+                + f" ({delay:.0f} s after it failed)"
                 if self.entry is not None
                 else "not restarted while its spec is invalid"
             )

@@ -152,6 +152,32 @@ def test_crashed_run_restarts_with_exponential_backoff_then_is_flagged_crash_loo
     assert "orders is CRASH-LOOPING: 7 crashes" in texts(waiting, "warning")
 
 
+def test_the_backoff_counts_from_the_failure_not_from_the_tick_that_saw_it() -> None:
+    """Before: a crash the sensor saw 8 s late waited 5 s more from then (in practice up to a
+    tick more, 10 s): kill -9 to the replacement's launch took up to 20 s, not 5."""
+    world, reg = World(), registry(workload("orders"))
+    world.tick(reg)
+    world.start_all()
+    world.tick(reg)
+    world.set(world.latest("orders").run_id, S.FAILURE)  # ended now
+    world.now += 8  # the next tick comes 8 s after the failure: past the 5 s backoff
+    late = world.tick(reg)
+    assert len(late.launches) == 1, texts(late)
+    assert "restarting now (5 s after it failed)" in texts(late, "warning")
+
+    world.start_all()
+    world.tick(reg)
+    world.set(world.latest("orders").run_id, S.FAILURE)
+    world.now += 2  # seen 2 s after the second failure, whose backoff is 10 s
+    early = world.tick(reg)
+    assert early.launches == ()
+    assert "restarting in 8 s (10 s after it failed)" in texts(early, "warning")
+    world.now += 7.5
+    assert world.tick(reg).launches == ()
+    world.now += 0.5
+    assert len(world.tick(reg).launches) == 1
+
+
 def test_a_run_that_stays_up_clears_the_crash_history() -> None:
     world, reg = World(), registry(workload("orders"))
     world.tick(reg)
@@ -337,15 +363,15 @@ def test_running_workload_whose_spec_turns_invalid_is_held_as_it_is() -> None:
         held = world.tick(registry(invalid=(broken,)))
         assert (held.cancels, held.launches, held.delete_partitions) == ((), (), ())
         assert held.summary.startswith("workloads: 1 held (invalid spec)")
-    # A crash while held is counted but nothing restarts an invalid spec.
+    # A crash while held is counted but nothing restarts an invalid spec, however long.
     world.set(run_id, S.FAILURE)
-    world.now += 3600
+    world.now += 1
     held = world.tick(registry(invalid=(broken,)))
     assert held.launches == ()
     assert "not restarted while its spec is invalid" in texts(held)
-    # Fixed (same content): restarted once the backoff it earned has passed.
-    assert "waiting to restart" in world.tick(registry(orders)).summary
-    world.now += POLICY.base_backoff
+    world.now += 3600
+    assert world.tick(registry(invalid=(broken,))).launches == ()
+    # Fixed (same content): restarted at once, the backoff it earned long past.
     fixed = world.tick(registry(orders))
     assert [launch.generation for launch in fixed.launches] == [2]
 
