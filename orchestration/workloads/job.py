@@ -335,12 +335,12 @@ def _end_stopped(context: OpExecutionContext, name: str, drained: bool) -> None:
     if reason is not None:
         context.log.info(f"workload {name}: stopped ({reason}), drained and committed")
         return
-    resume = "re-execute this run"
+    resume = "Re-execute this run"
     if replica_of(run.tags) == 0:
-        resume += f" or launch partition {name!r} of {CONSUMER_JOB_NAME}"
+        resume += f" (or launch partition {name!r} of {CONSUMER_JOB_NAME})"
     context.log.info(
-        f"workload {name}: stopped by a person, drained and committed; it stays stopped until "
-        f"someone {resume}"
+        f"workload {name}: stopped by a person, drained and committed. It stays stopped: "
+        f"{resume} to resume it from its committed offsets."
     )
 
 

@@ -343,7 +343,9 @@ def test_terminate_drains_commits_and_ends_the_run_successful_without_an_error(
     assert graceful_run.status == DagsterRunStatus.SUCCESS
     instance, run_id = graceful_run.instance, graceful_run.result.run_id
     assert logged(instance, "stop requested (SIGINT)")()
-    assert logged(instance, "stopped by a person, drained and committed; it stays stopped")()
+    assert logged(
+        instance, "stopped by a person, drained and committed. It stays stopped: Re-execute"
+    )()
     events = instance.all_logs(run_id)
     failures = [e for e in events if e.is_dagster_event and e.get_dagster_event().is_failure]
     errors = [e for e in events if e.level >= logging.ERROR]
