@@ -7,8 +7,14 @@
           producers → brokers
 
 ``dagster dev`` alone leaves runs behind as orphans when it stops, which is why the shutdown
-terminates them first. It runs in its own session so a terminal's Ctrl-C reaches only this
-process, which then takes everything down in that order; SIGTERM does the same.
+terminates them first. Every child (brokers, producers, ``dagster dev``) runs in a session of
+its own: a terminal's Ctrl-C goes to its whole foreground process group, and a broker in it
+would close its port before the runs' final commits. So only this process gets it, and takes
+everything down in that order; SIGTERM and a hangup (the terminal closed) do the same.
+
+The brokers and the UI listen on 127.0.0.1 only (the runs' endpoints too, unless
+``LANEHOUSE_RUN_HTTP_HOST`` says otherwise). Kafka (embedded Tansu) keeps its topics in memory:
+they start empty after a restart; Pulsar's persist in ``<state>/pulsar``.
 """
 
 from __future__ import annotations
@@ -97,7 +103,10 @@ class Platform:
         self.brokers.append(kafka)
         pulsar = start_pulsar_lite(s.pulsar_port, s.state / "pulsar")
         self.brokers.append(pulsar)
-        self.say(f"Kafka bootstrap {kafka.bootstrap}, Pulsar {pulsar.url}")
+        self.say(
+            f"Kafka bootstrap {kafka.bootstrap} (embedded Tansu, in memory: its topics start "
+            f"empty after a restart), Pulsar {pulsar.url} (topics kept in {pulsar.data_dir})"
+        )
         self.env = {
             **os.environ,
             "DAGSTER_HOME": str(self.home),
@@ -332,6 +341,24 @@ def _stop_process(process: subprocess.Popen[bytes], sig: int, timeout: float) ->
         process.wait(10)
 
 
+def _stop_signals() -> list[signal.Signals]:
+    """SIGINT, SIGTERM and SIGHUP: the children have sessions of their own, so a closed
+    terminal's hangup reaches only this process, which must then stop them as on Ctrl-C. Not
+    SIGHUP under ``nohup`` (ignored on purpose)."""
+    hangup = [] if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else [signal.SIGHUP]
+    return [signal.SIGINT, signal.SIGTERM, *hangup]
+
+
+def _unless_gone(say: Callable[[str], None]) -> Callable[[str], None]:
+    """``say``, ignoring a terminal that is gone (a hangup), so the stop still runs to the end."""
+
+    def said(text: str) -> None:
+        with contextlib.suppress(OSError):
+            say(text)
+
+    return said
+
+
 @contextlib.contextmanager
 def _logged(step: str) -> Iterator[None]:
     try:
@@ -341,12 +368,10 @@ def _logged(step: str) -> Iterator[None]:
 
 
 def run_up(settings: UpSettings, say: Callable[[str], None] = print) -> None:
-    """Start the platform and block until SIGINT or SIGTERM, then stop it in order."""
+    """Start the platform and block until SIGINT, SIGTERM or SIGHUP, then stop it in order."""
     stop = threading.Event()
-    previous = {
-        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
-    }
-    platform = Platform(settings, say)
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in _stop_signals()}
+    platform = Platform(settings, _unless_gone(say))
     try:
         platform.start()
         say("Ctrl-C stops the consumer runs (drain, commit), Dagster and the brokers.")

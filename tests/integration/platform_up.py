@@ -1,26 +1,99 @@
-"""Drive ``lanehouse up`` from tests: start it on free ports, read its runs over GraphQL, stop it
-and check every process it started has exited."""
+"""Drive ``lanehouse up`` from tests: start it on free ports in a process group of its own (as
+a terminal's foreground job), read its runs over GraphQL, list what it listens on, stop it as a
+terminal's Ctrl-C does and check every process it started has exited."""
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psutil
+import psutil  # type: ignore[import-untyped]  # no stubs installed
 
 from orchestration.local.graphql import graphql
+from orchestration.workloads.names import CONSUMER_JOB_NAME
 from tests.helpers import free_port, wait_until
+
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
 
 REPO = Path(__file__).resolve().parents[2]
 WORKLOADS = ("clickstream", "orders")
+BROKERS = ("tansu", "pulsar-lite")  # the embedded brokers' executables
+#: A consumer run's last words (orchestration/workloads/job.py), one per source.
+STOPPED_LINE = re.compile(
+    r"workload (?P<name>\S+): stopped after [\d.]+s: \d+ records completed, "
+    r"\d+ failed attempts, (?P<commits>\d+) commits \((?P<failed>\d+) failed\)"
+)
+
+
+@dataclass(frozen=True)
+class Listener:
+    """A listening socket: which process, on which address."""
+
+    name: str
+    pid: int
+    ip: str
+    port: int
+
+    @property
+    def loopback(self) -> bool:
+        address = ipaddress.ip_address(self.ip.split("%")[0])
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        return address.is_loopback
+
+    def __str__(self) -> str:
+        return f"{self.name}[{self.pid}] {self.ip}:{self.port}"
+
+
+def listeners(pid: int, descendants: bool = True) -> list[Listener]:
+    """The listening TCP sockets of ``pid`` (and of its descendants)."""
+    root = psutil.Process(pid)
+    family = [root, *(root.children(recursive=True) if descendants else [])]
+    found = []
+    for process in family:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            name = process.name()
+            try:
+                connections = process.net_connections(kind="inet")
+            except psutil.AccessDenied:
+                connections = [c for c in psutil.net_connections("inet") if c.pid == process.pid]
+            found += [
+                Listener(name, process.pid, c.laddr.ip, c.laddr.port)
+                for c in connections
+                if c.status == psutil.CONN_LISTEN
+            ]
+    return found
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """How a clean stop of ``lanehouse up`` went."""
+
+    runs: dict[str, str]  # run id -> final status, for each consumer run active at the signal
+    runs_ended: float  # s from the signal until all of them had ended
+    brokers_up_then: bool  # both brokers still running once the runs had ended
+    exited: float  # s from the signal until lanehouse up exited
+
+
+def alive(process: psutil.Process) -> bool:
+    """Running and not a zombie waiting to be reaped."""
+    try:
+        return bool(process.is_running() and process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
 
 
 class Up:
@@ -74,17 +147,20 @@ class Up:
 
     @contextmanager
     def running(self) -> Iterator[subprocess.Popen[bytes]]:
+        """``lanehouse up`` with a relative state dir (as ``make up``'s ``.lanehouse``), output
+        appended to ``up.log`` next to it."""
         ui, kafka, pulsar = self.ports
-        command = [sys.executable, "-m", "orchestration.cli", "up", "--state-dir", str(self.state)]
+        command = [sys.executable, "-m", "orchestration.cli", "up", "--state-dir", self.state.name]
         command += ["--ui-port", str(ui), "--kafka-port", str(kafka), "--pulsar-port", str(pulsar)]
         log = (self.state.parent / "up.log").open("ab")
         proc = subprocess.Popen(
             command,
-            cwd=REPO,
+            cwd=self.state.parent,
             env={**os.environ, "PYTHONPATH": str(REPO), **self.env},
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            process_group=0,  # a foreground job of its own: its Ctrl-C does not reach pytest
         )
         try:
             yield proc
@@ -120,15 +196,78 @@ class Up:
                 process.kill()
         psutil.wait_procs(family, timeout=30)
 
-    def stop(self, proc: subprocess.Popen[bytes]) -> None:
+    def stop(self, proc: subprocess.Popen[bytes], sig: int = signal.SIGINT) -> Stopped:
+        """Stop ``lanehouse up`` cleanly: SIGINT (or SIGHUP) to its whole process group, as a
+        terminal's Ctrl-C (or hangup) does; any other signal to it alone, as ``kill``. Watches
+        its consumer runs and brokers until it exits with status 0, then waits for every
+        process it started."""
+        from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+
+        from orchestration.local.up import ACTIVE_STATUSES
+
         descendants = psutil.Process(proc.pid).children(recursive=True)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(180) == 0, self.log()
+        brokers = [p for p in descendants if _program(p) in BROKERS]
+        assert sorted(map(_program, brokers)) == sorted(BROKERS), descendants
+        with DagsterInstance.from_config(str(self.state / "dagster")) as instance:
+            statuses = [DagsterRunStatus(status) for status in ACTIVE_STATUSES]
+            active = RunsFilter(job_name=CONSUMER_JOB_NAME, statuses=statuses)
+            run_ids = [run.run_id for run in instance.get_runs(active)]
+            if sig in (signal.SIGINT, signal.SIGHUP):
+                os.killpg(proc.pid, sig)
+            else:
+                proc.send_signal(sig)
+            start = time.monotonic()
+            runs_ended: float | None = None
+            brokers_up = False
+
+            def exited() -> bool:
+                nonlocal runs_ended, brokers_up
+                if runs_ended is None and all(_finished(instance, r) for r in run_ids):
+                    runs_ended = time.monotonic() - start
+                    brokers_up = all(map(alive, brokers))  # looked at after the runs ended
+                return proc.poll() is not None
+
+            wait_until(exited, timeout=180, interval=0.1, message=f"up exited\n{self.log()}")
+            took = time.monotonic() - start
+            assert proc.returncode == 0, self.log()
+            final = {r: _status(instance, r) for r in run_ids}
         wait_until(
-            lambda: not any(p.is_running() and p.status() != "zombie" for p in descendants),
+            lambda: not any(map(alive, descendants)),
             timeout=30,
             message="every process lanehouse up started has exited",
         )
+        assert runs_ended is not None, f"runs still active after lanehouse up exited: {final}"
+        return Stopped(final, runs_ended, brokers_up, took)
+
+    def final_commits(self, run_id: str) -> dict[str, tuple[int, int]]:
+        """Commits and failed commits of each source, from a consumer run's last log lines
+        (read from the instance: the UI may be gone)."""
+        from dagster import DagsterInstance
+
+        with DagsterInstance.from_config(str(self.state / "dagster")) as instance:
+            messages = [entry.user_message for entry in instance.all_logs(run_id)]
+        return {
+            match["name"]: (int(match["commits"]), int(match["failed"]))
+            for match in map(STOPPED_LINE.search, messages)
+            if match
+        }
 
     def log(self) -> str:
         return (self.state.parent / "up.log").read_text(errors="replace")[-4000:]
+
+
+def _program(process: psutil.Process) -> str:
+    try:
+        return Path(process.cmdline()[0]).name
+    except (psutil.NoSuchProcess, IndexError):
+        return ""
+
+
+def _finished(instance: DagsterInstance, run_id: str) -> bool:
+    run = instance.get_run_by_id(run_id)
+    return run is not None and run.is_finished
+
+
+def _status(instance: DagsterInstance, run_id: str) -> str:
+    run = instance.get_run_by_id(run_id)
+    return run.status.value if run is not None else "missing"

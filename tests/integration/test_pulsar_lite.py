@@ -3,6 +3,7 @@ producer/receive behaviour the engine's Pulsar path relies on."""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -12,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import psutil
+import psutil  # type: ignore[import-untyped]  # no stubs installed
 import pulsar
 import pytest
 
@@ -26,6 +27,7 @@ from consumers.dev.embedded.pulsar import (
 )
 from consumers.errors import BrokerError
 from tests.helpers import wait_until
+from tests.integration.platform_up import listeners
 
 pytestmark = pytest.mark.integration
 
@@ -130,6 +132,34 @@ def test_broker_starts_and_opens_only_its_own_port(pulsar_broker: PulsarLiteBrok
     }
     assert listening == {("127.0.0.1", pulsar_broker.port)}  # no metrics server on :8080
     assert "Metrics endpoint" not in pulsar_broker.log_tail(200)
+
+
+def test_relative_data_dir_holds_the_db_and_only_loopback_is_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``lanehouse up`` passes ``.lanehouse/pulsar``: the broker runs in its data dir, so a
+    relative path once nested the db in itself and lost the config (metrics on 0.0.0.0)."""
+    monkeypatch.chdir(tmp_path)
+    with start_pulsar_lite(data_dir=Path("state") / "pulsar") as broker:
+        root = tmp_path.resolve()
+        data = root / "state" / "pulsar"
+        assert broker.data_dir == data
+        assert list(root.rglob("db.rocksdb")) == [data / "db.rocksdb"]  # and nowhere else
+        assert f'Database path: "{data / "db"}"' in broker.log_text()
+        found = listeners(broker.pid, descendants=False)
+        assert [str(listener) for listener in found if not listener.loopback] == []
+        assert {(listener.ip, listener.port) for listener in found} == {("127.0.0.1", broker.port)}
+        # A session of its own: a terminal's Ctrl-C reaches only the Python process that owns it.
+        assert os.getsid(broker.pid) == broker.pid != os.getsid(0)
+
+
+def test_a_broker_serving_metrics_fails_to_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(embedded_pulsar, "CONFIG_TEXT", "")  # as if the config were not read
+    with pytest.raises(BrokerError, match="serves metrics on every interface"):
+        start_pulsar_lite(data_dir=tmp_path)
+    assert embedded_pulsar.METRICS_LINE in (tmp_path / "pulsar-lite.log").read_text()
 
 
 def test_shared_round_trip_of_10k_keyed_messages(pulsar_broker: PulsarLiteBroker) -> None:

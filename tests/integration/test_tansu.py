@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import uuid
 from collections import defaultdict
 from pathlib import Path
 
+import psutil  # type: ignore[import-untyped]  # no stubs installed
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -29,6 +31,7 @@ from consumers.errors import BrokerError
 from orchestration.cli import app
 from tests.conftest import TopicFactory
 from tests.helpers import free_port, wait_until
+from tests.integration.platform_up import REPO, alive, listeners
 
 pytestmark = pytest.mark.integration
 
@@ -141,6 +144,39 @@ def test_stop_is_clean_and_kill_is_a_crash(tmp_path: Path) -> None:
     log_dir = broker.log_path.parent
     assert broker.kill() == -signal.SIGKILL
     assert not log_dir.exists(), "the broker's own temp dir is removed when it stops"
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "kill -9"])
+def test_broker_has_a_session_of_its_own_and_leaves_with_its_parent(how: str) -> None:
+    """A terminal's Ctrl-C reaches only the parent (``lanehouse up`` stops its brokers after the
+    runs' final commits); the parent stops the broker at exit, or Linux does if it is killed."""
+    script = (
+        "import signal; from consumers.dev.embedded.tansu import start_tansu; "
+        "b = start_tansu(); print(b.pid, b.port, flush=True); signal.pause()"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        process_group=0,  # the terminal's foreground job, without pytest
+    )
+    try:
+        assert parent.stdout is not None
+        pid, port = map(int, parent.stdout.readline().split())
+        broker = psutil.Process(pid)
+        assert os.getsid(pid) == pid != os.getsid(parent.pid)
+        assert [(x.ip, x.port) for x in listeners(pid, descendants=False)] == [("127.0.0.1", port)]
+        if how == "ctrl-c":
+            os.killpg(parent.pid, signal.SIGINT)
+        else:
+            parent.kill()
+        parent.wait(timeout=30)
+        wait_until(lambda: not alive(broker), timeout=10, message=f"Tansu ended after {how}")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
 
 
 def test_cli_broker_runs_until_sigterm(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """``lanehouse up`` for real: brokers, producers and ``dagster dev`` from a clean state dir; the
-discovery sensor starts a consumer run per workload; SIGTERM takes everything down, consumer
-runs first (SUCCESS after their drain, tagged as stopped by the platform); a second ``up`` on
-the same state dir starts them again. After a power loss (everything killed with SIGKILL) the runs left STARTED are
+discovery sensor starts a consumer run per workload; nothing listens beyond loopback; a
+terminal's Ctrl-C (SIGINT to the whole process group) takes everything down, consumer runs
+first (SUCCESS after their drain and a final commit that succeeded, the brokers still up, tagged
+as stopped by the platform); a second ``up`` on the same state dir starts them again. After a power loss (everything killed with SIGKILL) the runs left STARTED are
 declared dead by their silent heartbeats and their workloads start again. (Replicas under the
 real daemon: ``test_ui.py`` scales clickstream to two runs; ``test_replica_runs.py`` takes the
 sensor and run workers through a kill and a scale-down.)"""
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -18,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import wait_until
-from tests.integration.platform_up import REPO, WORKLOADS, Up
+from tests.integration.platform_up import REPO, WORKLOADS, Up, listeners
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
@@ -57,7 +59,7 @@ def rewind_clickstream(up: Up, running: str) -> str:
     return up.started()["clickstream"]
 
 
-def test_up_runs_every_workload_and_sigterm_stops_runs_first(tmp_path: Path) -> None:
+def test_up_runs_every_workload_and_ctrl_c_stops_runs_first(tmp_path: Path) -> None:
     up = Up(tmp_path / "state", env={"LANEHOUSE_HEARTBEAT_TIMEOUT": str(HEARTBEAT_TIMEOUT)})
     with up.running() as proc:
         up.wait_all_running()
@@ -95,8 +97,20 @@ def test_up_runs_every_workload_and_sigterm_stops_runs_first(tmp_path: Path) -> 
                 assert f'lanehouse_records_completed_total{{workload="{workload}"}}' in (
                     reply.read().decode()
                 )
+        # Nothing `up` started listens beyond loopback: brokers, UI, runs' endpoints.
+        found = listeners(proc.pid)
+        assert [str(listener) for listener in found if not listener.loopback] == [], found
+        assert set(up.ports) <= {listener.port for listener in found}, found
+        assert (up.state / "pulsar" / "db.rocksdb").is_dir()  # the state dir is relative
         first["clickstream"] = rewind_clickstream(up, first["clickstream"])
-        up.stop(proc)
+        stopped = up.stop(proc)  # Ctrl-C
+    print(f"\nCtrl-C: {stopped}")
+    # The brokers outlived the runs, so each run's final commit went through.
+    assert stopped.brokers_up_then, stopped
+    assert stopped.runs == {run_id: "SUCCESS" for run_id in first.values()}, stopped
+    for name, run_id in first.items():
+        commits = up.final_commits(run_id)  # {workload: (commits, failed)}
+        assert set(commits) == {name} and commits[name][1] == 0 < commits[name][0], commits
     log = up.log()
     assert log.index("terminating 2 consumer run(s)") < log.index("dagster dev stopped")
     assert "could not stop the discovery sensor" not in log
@@ -107,10 +121,10 @@ def test_up_runs_every_workload_and_sigterm_stops_runs_first(tmp_path: Path) -> 
     with up.running() as proc:  # the same state: the runs stopped by the platform come back
         up.wait_all_running()
         runs = {run["runId"]: run for run in up.runs()}
-        for workload, run_id in first.items():
+        for name, run_id in first.items():
             assert runs[run_id]["status"] == "SUCCESS", runs[run_id]
             assert runs[run_id]["tags"]["lanehouse/stop_reason"] == "platform"
-            assert up.started()[workload] != run_id
+            assert up.started()[name] != run_id
         # A power loss: nothing drains, the runs stay STARTED in run storage, and no process is
         # left that Dagster could ask about them. Their heartbeats tell the sensor they are gone.
         lost = up.started()
@@ -128,4 +142,4 @@ def test_up_runs_every_workload_and_sigterm_stops_runs_first(tmp_path: Path) -> 
         runs = {run["runId"]: run for run in up.runs()}
         for run_id in lost.values():
             assert runs[run_id]["status"] == "FAILURE", runs[run_id]
-        up.stop(proc)
+        up.stop(proc, signal.SIGTERM)  # `kill`, also from a non-interactive shell

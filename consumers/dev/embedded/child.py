@@ -1,25 +1,77 @@
 """What every embedded broker shares: a child process with a log file, stopped for sure.
 
-A broker started here is stopped when the interpreter exits normally (including SystemExit and
-KeyboardInterrupt), so a forgotten broker does not outlive its Python process; a parent killed
-by a signal it does not handle (SIGKILL, default SIGTERM) still orphans it.
+A broker runs in a session of its own (:func:`spawn`): a terminal's Ctrl-C goes to its whole
+foreground process group, and a broker in that group would close its port while the clients
+of its Python parent still drain and commit (``lanehouse up`` stops the brokers last). The
+parent stops it instead: when the interpreter exits normally (including SystemExit and
+KeyboardInterrupt), and on Linux also when the parent dies without cleanup (SIGKILL, a hangup
+or SIGTERM it does not handle), through the parent-death signal.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
+import os
 import re
 import shutil
 import signal
 import socket
 import subprocess
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import ClassVar, Final, Self
+from typing import IO, ClassVar, Final, Self
 
 HOST: Final = "127.0.0.1"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_PR_SET_PDEATHSIG: Final = 1  # from <linux/prctl.h>
+
+
+def spawn(
+    command: Sequence[str],
+    log: IO[bytes],
+    stop_signal: signal.Signals,
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start a broker in its own session, output to ``log`` (a file: nobody drains a pipe
+    during a long test, and a full one blocks); see the module docstring for why."""
+    return subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=_die_with_parent(stop_signal),
+    )
+
+
+def _die_with_parent(sig: signal.Signals) -> Callable[[], None] | None:
+    """A pre-exec hook asking Linux to send ``sig`` to the child when its parent dies.
+
+    Only from the main thread: the signal follows the thread that forked, and a worker thread
+    that ends would take the broker with it.
+    """
+    if not sys.platform.startswith("linux") or threading.current_thread() is not (
+        threading.main_thread()
+    ):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
+    parent = os.getpid()
+
+    def hook() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(sig))
+        if os.getppid() != parent:  # the parent died before the hook ran: no broker
+            os._exit(1)
+
+    return hook
 
 
 class BrokerProcess:

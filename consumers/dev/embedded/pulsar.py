@@ -4,10 +4,15 @@ Not via ``pulsar_lite.start_broker``: that prints to stdout, logs to ``/tmp/puls
 reference-counts brokers per db and scans ports 6650-6700. Quirks absorbed here (shared NOTES,
 "Pulsar: pulsar-lite"):
 
-- Without ``[metrics] enabled = false`` it also serves metrics on 0.0.0.0:8080, so each data
-  dir gets a ``pulsar-lite.toml`` saying so, passed with ``--config``.
+- Without ``[metrics] enabled = false`` it also serves metrics on 0.0.0.0:8080 (every
+  interface, no setting for the address), so each data dir gets a ``pulsar-lite.toml`` saying
+  so, passed with ``--config``; a start whose log announces the metrics endpoint anyway fails.
 - The db is ``DATA_DIR/db.rocksdb``; a restart on the same data dir keeps topics, messages and
   subscription cursors, after SIGTERM (no graceful shutdown, ~3 ms) and SIGKILL alike.
+- It runs in the data dir, so every path it gets is absolute: a relative one would be taken
+  from there again (the db in ``DATA_DIR/DATA_DIR/``, the config not found).
+- It runs in a session of its own, so a terminal's Ctrl-C reaches only its parent (see
+  :mod:`consumers.dev.embedded.child`).
 - On a taken port it opens its db, then exits 1 with ``AddrInUse`` while the *other* process
   answers. So readiness = this run logged "Server listening on HOST:PORT", the child is alive,
   the port accepts, and a client round trip works.
@@ -27,7 +32,7 @@ from typing import Any, Final
 import pulsar
 
 from consumers.config.pulsar_options import validate_pulsar_topic
-from consumers.dev.embedded.child import HOST, BrokerProcess, accepts_tcp, free_port
+from consumers.dev.embedded.child import HOST, BrokerProcess, accepts_tcp, free_port, spawn
 from consumers.errors import BrokerError
 
 __all__ = [
@@ -40,6 +45,7 @@ __all__ = [
 ]
 
 CONFIG_TEXT: Final = "[metrics]\nenabled = false\n"
+METRICS_LINE: Final = "Metrics endpoint listening"
 
 #: ``pulsar.Client(url, **PULSAR_TEST_CLIENT_KWARGS)``: C++ client logs at error level only.
 PULSAR_TEST_CLIENT_KWARGS: Final[Mapping[str, Any]] = MappingProxyType(
@@ -92,16 +98,18 @@ def start_pulsar_lite(
 ) -> PulsarLiteBroker:
     """Start pulsar-lite on ``127.0.0.1:port`` (free port when ``None``) and wait until it serves.
 
-    ``data_dir`` holds the db, the config (rewritten) and the log (appended); it is kept, so a
-    later start on it finds the same data. When ``None`` a temporary one is used and removed when the broker stops.
-    Raises :class:`BrokerError` with the log tail if the port is taken, the child dies or it
-    does not answer in time.
+    ``data_dir`` (relative to the current directory) holds the db, the config (rewritten) and
+    the log (appended); it is kept, so a later start on it finds the same data. When ``None`` a
+    temporary one is used and removed when the broker stops. Raises :class:`BrokerError` with
+    the log tail if the port is taken, the child dies, it does not answer in time or it serves
+    metrics after all.
     """
     binary = pulsar_lite_binary()
     if port is None:
         port = free_port()
     owned = data_dir is None
     data_dir = Path(tempfile.mkdtemp(prefix="lanehouse-pulsar-")) if data_dir is None else data_dir
+    data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     config = data_dir / "pulsar-lite.toml"
     if default_partitions < 0:
@@ -112,10 +120,8 @@ def start_pulsar_lite(
     cmd += ["--db-path", str(data_dir / "db"), "--log-level", "info"]
     with (data_dir / "pulsar-lite.log").open("ab") as log:
         offset = log.tell()
-        try:  # a file, not a PIPE: nobody drains a pipe during a long test, and a full one blocks
-            process = subprocess.Popen(
-                cmd, cwd=data_dir, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
-            )
+        try:
+            process = spawn(cmd, log, PulsarLiteBroker.stop_signal, cwd=data_dir)
         except OSError as exc:
             if owned:
                 shutil.rmtree(data_dir, ignore_errors=True)
@@ -154,6 +160,11 @@ def _wait_ready(broker: PulsarLiteBroker, deadline: float) -> None:
         client.close()
     if not broker.alive():
         raise _died(broker)
+    if METRICS_LINE in broker.log_text():  # logged before "Server listening"
+        raise BrokerError(
+            f"pulsar-lite on {broker.url} ignored {broker.data_dir / 'pulsar-lite.toml'} and "
+            f"serves metrics on every interface\n{broker.log_tail()}"
+        )
 
 
 def _died(broker: PulsarLiteBroker) -> BrokerError:

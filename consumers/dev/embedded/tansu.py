@@ -14,8 +14,14 @@ Quirks this module absorbs (see shared NOTES, "Kafka: Tansu"):
   this child still runs, and (on Linux) the listening socket belongs to this child.
 - SIGTERM waits ~5 s while clients are connected; SIGINT stops at once, so :meth:`stop` sends
   SIGINT.
-- ``memory://`` storage loses everything on restart. For durable runs pass an ``s3://BUCKET/``
-  storage plus the ``AWS_*`` variables in ``env``.
+- This build stores in ``memory://`` or ``s3://`` only (``--help`` says "Storage engines:
+  dynostore"; ``postgres://`` and ``sqlite://`` fail with FeatureNotEnabled, ``file://`` is
+  unsupported); ``memory://`` loses everything on restart. For durable runs pass an
+  ``s3://BUCKET/`` storage plus the ``AWS_*`` variables in ``env``.
+- It opens no port besides its listener (``127.0.0.1:port``); ``OTEL_EXPORTER_OTLP_ENDPOINT``
+  in the environment makes it send telemetry there, it never listens for it.
+- It runs in a session of its own, so a terminal's Ctrl-C reaches only its parent (see
+  :mod:`consumers.dev.embedded.child`).
 - Tansu accepts topic names Kafka would reject (``bad/..``), so every topic is checked
   client-side first (:func:`consumers.config.names.validate_topic_name`).
 """
@@ -39,7 +45,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # typed here; confluent_kafka.admin re-exports it
 
 from consumers.config.names import validate_topic_name
-from consumers.dev.embedded.child import HOST, BrokerProcess, accepts_tcp, free_port
+from consumers.dev.embedded.child import HOST, BrokerProcess, accepts_tcp, free_port, spawn
 from consumers.errors import BrokerError
 
 __all__ = [
@@ -149,10 +155,7 @@ def start_tansu(
     cmd += ["--storage-engine", storage]
     child_env = {**os.environ, "NO_COLOR": "1", **(env or {})}
     with log_path.open("wb") as log:
-        # A file, not a PIPE: nobody drains a pipe during a long test, and a full one blocks.
-        process = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=child_env
-        )
+        process = spawn(cmd, log, TansuBroker.stop_signal, env=child_env)
     broker = TansuBroker(process, port, storage, log_path, owned_dir)
     try:
         _wait_ready(broker, time.monotonic() + startup_timeout)
