@@ -63,6 +63,7 @@ def topic_assets(specs: list[WorkloadSpec]) -> list[AssetSpec]:
 
 
 def build_definitions(directory: Path) -> Definitions:
+    from consumers.landing.files import default_lake
     from orchestration.lake.assets import SPARK_JOB, spark_assets, spark_resource
     from orchestration.lake.automation import SCHEDULES, SENSORS
     from orchestration.lake.landed import landed_assets, landed_freshness_checks
@@ -76,7 +77,7 @@ def build_definitions(directory: Path) -> Definitions:
 
     specs = read_registry(directory).specs() if directory.is_dir() else []
     definitions_loaded(directory, specs)
-    landed = landed_assets(specs)
+    landed = landed_assets(specs, default_lake())
     freshness = landed_freshness_checks(landed)
     with warnings.catch_warnings():  # superseded in 1.13, see landed_freshness_checks
         warnings.filterwarnings("ignore", message=".*build_sensor_for_freshness_checks")

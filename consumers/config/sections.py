@@ -82,8 +82,13 @@ class OutputSpec(_Sink):
 _DATASET = re.compile(r"[a-z][a-z0-9_]{0,62}")
 
 
+def is_dataset_name(value: str) -> bool:
+    """The one rule for a dataset's name (a lake directory and a Dagster asset key)."""
+    return _DATASET.fullmatch(value) is not None
+
+
 def _check_dataset(value: str) -> str:
-    if not _DATASET.fullmatch(value):
+    if not is_dataset_name(value):
         raise ValueError(
             f"{value!r} is not allowed: use 1-63 characters of lowercase letters, digits and '_', "
             "starting with a letter (it becomes a directory of the lake and a Dagster asset key)"

@@ -1,5 +1,6 @@
 """The lake's day partitions and its landed datasets: ``landed_<dataset>`` assets (one per
-dataset a workload lands into, plus the two the Spark assets read) and their freshness checks.
+dataset a workload lands into, plus the two the Spark assets read, plus retired ones whose files
+the lake still holds) and their freshness checks.
 
 Landed assets are ``AssetSpec``s only: consumer runs report their materializations
 (:mod:`orchestration.workloads.reporting`), and the Spark assets (:mod:`orchestration.lake.assets`)
@@ -12,6 +13,7 @@ import os
 import warnings
 from collections.abc import Sequence
 from datetime import date, timedelta
+from pathlib import Path
 from typing import Final
 
 from dagster import (
@@ -25,6 +27,7 @@ from dagster import (
 )
 from pyspark.sql.types import StructType
 
+from consumers.config.sections import is_dataset_name
 from consumers.config.spec import WorkloadSpec
 from orchestration.demo.events import STREAM_DATASETS
 from orchestration.workloads.names import topic_asset_key
@@ -80,8 +83,11 @@ def landed_key(dataset: str) -> AssetKey:
     return AssetKey(f"landed_{dataset}")
 
 
-def landed_assets(specs: Sequence[WorkloadSpec]) -> list[AssetSpec]:
-    """One ``landed_<dataset>`` per dataset some spec lands into, plus clickstream and orders.
+def landed_assets(specs: Sequence[WorkloadSpec], lake: Path | None = None) -> list[AssetSpec]:
+    """One ``landed_<dataset>`` per dataset some spec lands into, plus clickstream and orders,
+    plus each dataset the ``lake`` holds files of that no spec lands into any more: retired
+    (metadata ``retired``), defined while its files stay so the catalog never lists it without
+    a definition, and without a freshness check (nobody lands it).
 
     Its deps are the topics of the workloads landing there.
     """
@@ -89,6 +95,8 @@ def landed_assets(specs: Sequence[WorkloadSpec]) -> list[AssetSpec]:
     for spec in specs:
         if spec.landing is not None:
             writers.setdefault(spec.landing.dataset, []).append(spec)
+    retired = set(_datasets_in(lake)) - writers.keys() if lake is not None else set()
+    writers.update({dataset: [] for dataset in retired})
     assets = []
     for dataset, landing_specs in sorted(writers.items()):
         topics = sorted(
@@ -100,17 +108,25 @@ def landed_assets(specs: Sequence[WorkloadSpec]) -> list[AssetSpec]:
             key=AssetKey.to_user_string,
         )
         workloads = ", ".join(sorted(s.name for s in landing_specs)) or "no workload yet"
+        description = f"Records landed as Parquet under landed/{dataset}/ by {workloads}."
+        if dataset in retired:
+            workloads = "none now (retired)"
+            description = (
+                f"Records landed earlier as Parquet under landed/{dataset}/; no workload lands "
+                "here now (retired). Its files stay in the lake until you delete them."
+            )
         assets.append(
             AssetSpec(
                 key=landed_key(dataset),
                 deps=list(topics),
-                description=f"Records landed as Parquet under landed/{dataset}/ by {workloads}.",
+                description=description,
                 group_name="landed",
                 kinds={"parquet"},
                 partitions_def=LAKE_PARTITIONS,
                 metadata={
                     "dataset": dataset,
                     "workloads": workloads,
+                    "retired": dataset in retired,
                     "dagster/column_schema": table_schema(LANDED_SCHEMA),
                 },
             )
@@ -118,9 +134,20 @@ def landed_assets(specs: Sequence[WorkloadSpec]) -> list[AssetSpec]:
     return assets
 
 
+def _datasets_in(lake: Path) -> list[str]:
+    """Datasets the lake holds a directory of (other names are not ours: ignored)."""
+    try:
+        return [
+            d.name for d in (lake / "landed").iterdir() if d.is_dir() and is_dataset_name(d.name)
+        ]
+    except OSError:  # no lake yet
+        return []
+
+
 def landed_freshness_checks(landed: Sequence[AssetSpec]) -> Sequence[AssetChecksDefinition]:
     """Dagster's own check: fails when the newest landed materialization (any day) is older
     than ``LANEHOUSE_LANDED_MAX_AGE_MINUTES``. Evaluated by the ``landed_freshness`` sensor.
+    Retired datasets (:func:`landed_assets`) get none.
 
     Dagster 1.13 marks this factory superseded by ``FreshnessPolicy``; that one needs the
     instance's freshness daemon switched on and yields a state, not a check result with
@@ -129,5 +156,6 @@ def landed_freshness_checks(landed: Sequence[AssetSpec]) -> Sequence[AssetChecks
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*build_last_update_freshness_checks")
         return build_last_update_freshness_checks(
-            assets=[spec.key for spec in landed], lower_bound_delta=landed_max_age()
+            assets=[spec.key for spec in landed if not spec.metadata.get("retired")],
+            lower_bound_delta=landed_max_age(),
         )

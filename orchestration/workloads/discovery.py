@@ -196,6 +196,10 @@ def _evaluate(
         partition_requests.append(
             WORKLOAD_PARTITIONS.build_delete_request(list(decision.delete_partitions))
         )
+        # A removed workload's page goes with it, as the catalog keeps listing an asset with
+        # events after its definition is gone. Its landed dataset stays: the lake keeps it.
+        instance.wipe_assets([workload_key(name) for name in decision.delete_partitions])
+        context.log.info(f"removed from the catalog: {', '.join(decision.delete_partitions)}")
     run_requests = []
     for launch in decision.launches:
         tags = launch.tags()

@@ -292,10 +292,16 @@ def test_removed_workload_is_stopped_and_its_partition_deleted(platform: Platfor
     platform.tick()
     assert platform.instance.get_run_by_id(run.run_id).status == S.CANCELING  # type: ignore[union-attr]
     assert platform.partitions() == {"orders", "clicks"}  # kept while the run drains
+    assert platform.observations("orders")  # its page's history, while it drains
     platform.finish(run)
     platform.tick()
     assert platform.partitions() == {"clicks"}
     assert len(platform.runs("clicks")) == 1
+    # Its page goes with it: the catalog keeps no asset without a definition (before, its
+    # observations kept it listed); the neighbour's history is untouched.
+    assert platform.observations("orders") == []
+    assert not platform.instance.has_asset_key(workload_key("orders"))
+    assert platform.observations("clicks")
 
 
 def test_crashed_run_restarts_after_backoff_and_crash_loop_is_tagged(platform: Platform) -> None:

@@ -193,6 +193,39 @@ def test_landed_assets_follow_the_specs_landing_datasets() -> None:
     assert list(by_key[AssetKey("landed_orders")].deps) == []
 
 
+def test_a_dataset_no_workload_lands_any_more_stays_defined_while_the_lake_holds_it(
+    tmp_path: Path,
+) -> None:
+    """Before: removing the workload left ``landed_<dataset>`` in the catalog without a
+    definition. Retired now: defined, said so, and no freshness check that can only go red."""
+    from dagster import AssetKey
+
+    from orchestration.lake.landed import landed_assets, landed_freshness_checks
+
+    for name in ("added", "clickstream", "Not-A-Dataset"):
+        (tmp_path / "landed" / name / "event_date=2026-11-26").mkdir(parents=True)
+    clicks = spec("clicks", kafka("clickstream.events"), landing={"dataset": "clickstream"})
+    landed = landed_assets([clicks], tmp_path)
+    by_key = {a.key: a for a in landed}
+    assert set(by_key) == {
+        AssetKey("landed_added"),
+        AssetKey("landed_clickstream"),
+        AssetKey("landed_orders"),
+    }
+    added = by_key[AssetKey("landed_added")]
+    assert added.metadata["retired"] is True and "retired" in (added.description or "")
+    assert by_key[AssetKey("landed_clickstream")].metadata["retired"] is False
+    [checks] = landed_freshness_checks(landed)
+    assert {key.asset_key for key in checks.check_keys} == {
+        AssetKey("landed_clickstream"),
+        AssetKey("landed_orders"),
+    }
+    assert {a.key for a in landed_assets([clicks], tmp_path / "no-lake")} == {
+        AssetKey("landed_clickstream"),
+        AssetKey("landed_orders"),
+    }
+
+
 def test_the_lake_start_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     from orchestration.lake.landed import lake_partitions
 
