@@ -67,10 +67,10 @@ def build_definitions(directory: Path) -> Definitions:
     from orchestration.lake.assets import SPARK_JOB, spark_assets, spark_resource
     from orchestration.lake.automation import SCHEDULES, SENSORS
     from orchestration.lake.landed import landed_assets, landed_freshness_checks
+    from orchestration.workloads.assets import workload_assets
     from orchestration.workloads.discovery import workload_discovery_sensor
     from orchestration.workloads.health import workload_checks
     from orchestration.workloads.job import consumer_job
-    from orchestration.workloads.observing import observable_workloads
     from orchestration.workloads.reload import definitions_loaded
     from orchestration.workloads.replay_job import dead_letter_replay_schedule, replay_job
     from orchestration.workloads.rewind_job import rewind_job
@@ -85,7 +85,7 @@ def build_definitions(directory: Path) -> Definitions:
             freshness_checks=freshness, name=LANDED_FRESHNESS_SENSOR
         )
     return Definitions(
-        assets=[*topic_assets(specs), *observable_workloads(specs), *landed, *spark_assets()],
+        assets=[*topic_assets(specs), *workload_assets(specs), *landed, *spark_assets()],
         asset_checks=[*freshness, *workload_checks(specs)],
         jobs=[consumer_job, replay_job, rewind_job, SPARK_JOB],
         schedules=[dead_letter_replay_schedule, *SCHEDULES],

@@ -30,7 +30,6 @@ __all__ = [
     "MOVING_PHASES",
     "REFRESH_SECONDS",
     "StillWatch",
-    "broker_figures",
     "figures_of_all",
     "standing_still",
     "standstill_figures",
@@ -53,22 +52,16 @@ def standstill_figures(
     spec: WorkloadSpec, phase: str, measure: Measure = measure_lag
 ) -> dict[str, Any]:
     """Observation metadata of a still workload: ``status`` is its phase, no rate, nothing in
-    flight, and the lag the broker holds now (:func:`broker_figures`)."""
-    return {
+    flight, and the lag the broker holds now (``lag`` None and ``lag_unknown`` saying why when
+    the broker cannot tell: it is down, or a Pulsar workload, see ``measure_lag``)."""
+    figures: dict[str, Any] = {
         "workload": spec.name,
         "topics": ", ".join(spec.source.topics),
         "status": phase,
         "throughput_per_s": 0.0,
         "in_flight": 0,
-        **broker_figures(spec, measure),
+        "lag_from": "broker",
     }
-
-
-def broker_figures(spec: WorkloadSpec, measure: Measure = measure_lag) -> dict[str, Any]:
-    """The group's lag as the broker holds it now, with the per-partition table; ``lag`` None
-    and ``lag_unknown`` saying why when the broker cannot tell (it is down, or a Pulsar
-    workload: see :func:`~consumers.scaling.lag.measure_lag`)."""
-    figures: dict[str, Any] = {"lag_from": "broker"}
     try:
         lag = measure(spec)
     except (LanehouseError, OSError) as exc:
