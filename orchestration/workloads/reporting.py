@@ -59,6 +59,10 @@ def workload_metadata(
         "valve_used": round(snap.valve_used, 4) if snap.valve_used is not None else None,
         "throughput_per_s": round(throughput, 3),
         "lag": sum(lags) if lags else None,
+        # The page shows each key's newest value: these replace a still workload's broker
+        # figures (orchestration.workloads.standstill) once a run reports again.
+        "lag_from": "run",
+        "lag_unknown": None,
         "in_flight": snap.in_flight,
         "partitions": len(parts),
         "assigned": ",".join(str(p.partition) for p in parts),

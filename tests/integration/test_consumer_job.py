@@ -70,6 +70,8 @@ OBSERVATION_KEYS = {
     "partition_lag",
     "throughput_per_s",
     "lag",
+    "lag_from",
+    "lag_unknown",
     "in_flight",
     "partitions",
     "pinned_partition",
