@@ -252,8 +252,66 @@ class Up:
             if match
         }
 
+    def kill_run(self, proc: subprocess.Popen[bytes], run_id: str) -> Restart:
+        """``kill -9`` the worker of consumer run ``run_id`` (the process serving its
+        ``lanehouse/http`` address) and time its workload's way back: the run marked FAILURE,
+        its replacement launched, and the replacement's first progress report with records."""
+        from orchestration.workloads.cursor import RESTARTS_TAG
+        from orchestration.workloads.endpoints import HTTP_TAG
+
+        [run] = [r for r in self.runs() if r["runId"] == run_id]
+        workload = run["tags"]["dagster/partition"]
+        port = int(run["tags"][HTTP_TAG].rsplit(":", 1)[1])
+        [worker] = {listener.pid for listener in listeners(proc.pid) if listener.port == port}
+        os.kill(worker, signal.SIGKILL)
+        killed = time.monotonic()
+        marks: dict[str, float] = {}
+
+        def back() -> bool:
+            runs = {r["runId"]: r for r in self.runs()}
+            if "failed" not in marks and runs[run_id]["status"] == "FAILURE":
+                marks["failed"] = time.monotonic() - killed
+            new = [
+                r
+                for r in runs.values()
+                if r["runId"] != run_id
+                and r["tags"].get("dagster/partition") == workload
+                and r["tags"].get(RESTARTS_TAG)
+            ]
+            if new and "launched" not in marks:
+                marks["launched"] = time.monotonic() - killed
+            if not new or new[0]["status"] != "STARTED":
+                return False
+            status = self.workloads()[workload]
+            done = sum(p["records_completed"] or 0 for p in status["progress"])
+            return bool(status["run"]["run_id"] == new[0]["runId"] and done > 0)
+
+        wait_until(back, timeout=180, interval=0.5, message=f"{workload} back after kill -9")
+        new_run = self.started()[workload]
+        return Restart(
+            workload, new_run, marks["failed"], marks["launched"], time.monotonic() - killed
+        )
+
     def log(self) -> str:
         return (self.state.parent / "up.log").read_text(errors="replace")[-4000:]
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Seconds from a consumer run's ``kill -9`` to each step of its workload's way back."""
+
+    workload: str
+    run_id: str
+    failed: float
+    launched: float
+    consuming: float
+
+    def __str__(self) -> str:
+        return (
+            f"{self.workload}: FAILURE after {self.failed:.1f}s, replacement launched after "
+            f"{self.launched:.1f}s, consuming (first report with records) after "
+            f"{self.consuming:.1f}s"
+        )
 
 
 def _program(process: psutil.Process) -> str:

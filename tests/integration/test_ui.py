@@ -3,12 +3,13 @@ driven by playwright): the workloads' runs and the running sensor show; the asse
 topics → landed → Spark assets, today's landed partition shows materialized, and an asset
 backfill launched from the materialize dialog finishes successfully with clean rows and a
 passing reconciliation check; terminating the clickstream run from the UI ends it SUCCESS with no
-failed step, its offsets committed and "stopped by a person" in its log, and the sensor does not
-restart it; one click on "Re-execute all" resumes it from those offsets; a workload's page shows
+failed step, its offsets committed and "stopped by a person" in its log, the sensor does not
+restart it and its page shows its phase and the broker's lag, not its last rate; one click on "Re-execute all" resumes it from those offsets; a workload's page shows
 its rate and lag per partition; a workload added at runtime has its assets defined at once, its
-lag check red while its backlog is high and green once drained, and is gone once removed;
+lag check red while its backlog is high and green once drained, and once removed its page
+leaves the catalog while its landed dataset stays, marked retired;
 autoscaling bounds (2 to 3 replicas) add a second clickstream run beside it, each run showing its
-replica and partitions.
+replica and partitions; a terminal's Ctrl-C stops it all, runs first, every final commit made.
 
 Screenshots of the key pages go to ``$LANEHOUSE_ARTIFACTS`` (default ``test-artifacts/ui``).
 """
@@ -25,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dagster import DagsterInstance
 
-from consumers.backends.kafka import committed_offsets
+from consumers.backends.kafka import committed_offsets, log_end_offsets
 from consumers.dev.sample import produce_sample
-from orchestration.workloads.assets import LAG_CHECK
+from orchestration.workloads.assets import LAG_CHECK, workload_key
 from tests.helpers import wait_until
 from tests.integration.platform_up import REPO, WORKLOADS, Up
 
@@ -140,6 +142,8 @@ def test_terminate_from_the_ui_then_relaunch_resumes(tmp_path: Path, page: objec
         # A person stopped it: sensor ticks after the stop must not start it again.
         wait_until(lambda: last_tick(up) > canceled_at + 1, timeout=60, interval=1)
         assert "clickstream" not in up.started(), "the sensor restarted a run a person stopped"
+        still_figures_in_the_ui(page, up, url)
+        page.goto(f"{url}/runs/{run_id}")
 
         # Resume in one click on the stopped run's page; the sensor adopts the re-execution.
         page.get_by_role("button", name="Re-execute all (*)").click()
@@ -178,7 +182,46 @@ def test_terminate_from_the_ui_then_relaunch_resumes(tmp_path: Path, page: objec
 
         workloads_in_the_ui(page, up, url, workloads)
         replicas_in_the_ui(page, up, url, workloads / "clickstream.yaml", relaunched)
-        up.stop(proc)
+        stopped = up.stop(proc)  # a terminal's Ctrl-C: SIGINT to the whole process group
+    # The brokers outlived the runs, so every run drained, made its final commit and says so.
+    assert stopped.brokers_up_then and set(stopped.runs.values()) == {"SUCCESS"}, stopped
+    for run_id in stopped.runs:
+        assert [failed for _, failed in up.final_commits(run_id).values()] == [0], run_id
+
+
+def still_figures_in_the_ui(page: object, up: Up, url: str) -> None:
+    """The stopped workload's page shows its phase and the broker's lag, which grows while the
+    shop keeps producing; never the stopped run's last rate."""
+    from playwright.sync_api import Page, expect
+
+    assert isinstance(page, Page)
+
+    def newest() -> dict[str, Any]:
+        with DagsterInstance.from_config(str(up.state / "dagster")) as instance:
+            [record] = instance.fetch_observations(workload_key("clickstream"), limit=1).records
+            assert record.asset_observation is not None
+            return {k: v.value for k, v in record.asset_observation.metadata.items()}
+
+    wait_until(
+        lambda: newest().get("lag_from") == "broker",
+        timeout=60,
+        interval=1,
+        message="the sensor observes the stopped workload's lag on the broker",
+    )
+    figures = newest()
+    assert figures["status"] == "stopped by a person", figures
+    assert (figures["throughput_per_s"], figures["in_flight"]) == (0.0, 0), figures
+    behind = latest_end(up) - committed(up)
+    assert 0 < figures["lag"] <= behind, (figures["lag"], behind)  # the shop goes on producing
+    page.goto(f"{url}/assets/workloads/clickstream")
+    expect(page.get_by_text("lag_from").first).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("stopped by a person").first).to_be_visible(timeout=30_000)
+    page.screenshot(path=ARTIFACTS / "6b-stopped-workload-page.png")
+
+
+def latest_end(up: Up) -> int:
+    bootstrap = f"127.0.0.1:{up.ports[1]}"
+    return sum(log_end_offsets(bootstrap, TOPIC, 4).values())
 
 
 #: A workload added while the platform runs: it lands the shop's clicks again into a dataset of
@@ -198,7 +241,8 @@ checks: {lag: 2000}
 def workloads_in_the_ui(page: object, up: Up, url: str, workloads: Path) -> None:
     """Each workload's page with its rate, lag per partition and checks; a workload added at
     runtime is defined at once, its landed asset too (the sensor reloads the code location),
-    its lag check red while its backlog is high and green once drained; removed, it is gone."""
+    its lag check red while its backlog is high and green once drained; removed, its page leaves
+    the catalog and its landed dataset stays, retired."""
     from playwright.sync_api import Page, expect
 
     assert isinstance(page, Page)
@@ -241,19 +285,40 @@ def workloads_in_the_ui(page: object, up: Up, url: str, workloads: Path) -> None
     expect(page.get_by_text("software definition")).to_have_count(0)
     page.screenshot(path=ARTIFACTS / "12-added-landed-asset.png")
 
+    assert known(up, ["workloads", "added"])
     (workloads / "added.yaml").unlink()
     wait_until(
-        lambda: not defined(up, ["landed_added"]) and "added" not in up.started(),
+        lambda: not known(up, ["workloads", "added"]) and "added" not in up.started(),
         timeout=120,
         interval=1,
-        message="the removed workload's run stopped and its assets are gone",
+        message="the removed workload's run stopped and its page left the catalog",
     )
+    # Its landed dataset stays while the lake holds its files: defined, and said to be retired.
+    assert defined(up, ["landed_added"]) and retired(up, "landed_added")
 
 
 def defined(up: Up, path: list[str]) -> bool:
     key = json.dumps(path)
     data = up.graphql(f"{{ assetNodes(assetKeys: [{{path: {key}}}]) {{ id }} }}")
     return bool(data["assetNodes"])
+
+
+def known(up: Up, path: list[str]) -> bool:
+    """Whether the catalog lists the asset at all: defined, or with events of its own."""
+    data = up.graphql(
+        f"{{ assetsOrError(prefix: {json.dumps(path[:-1])}) {{ ... on AssetConnection "
+        "{ nodes { key { path } } } } }"
+    )
+    return path in [node["key"]["path"] for node in data["assetsOrError"]["nodes"]]
+
+
+def retired(up: Up, key: str) -> bool:
+    data = up.graphql(
+        f'{{ assetNodes(assetKeys: [{{path: ["{key}"]}}]) {{ metadataEntries {{ label '
+        "... on BoolMetadataEntry { boolValue } } } }"
+    )
+    entries = [e for node in data["assetNodes"] for e in node["metadataEntries"]]
+    return any(e["label"] == "retired" and e.get("boolValue") for e in entries)
 
 
 def lag_check(up: Up, workload: str) -> str | None:

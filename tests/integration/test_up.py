@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestration.workloads.cursor import RestartPolicy
 from tests.helpers import wait_until
 from tests.integration.platform_up import REPO, WORKLOADS, Up, listeners
 
@@ -26,6 +27,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 
 HEARTBEAT_TIMEOUT = 20
+#: The restart policy's first backoff, and the sensor's interval under ``Up``.
+BACKOFF = RestartPolicy().base_backoff
+SENSOR_SECONDS = 3
 
 
 def rewind_clickstream(up: Up, running: str) -> str:
@@ -103,6 +107,14 @@ def test_up_runs_every_workload_and_ctrl_c_stops_runs_first(tmp_path: Path) -> N
         assert set(up.ports) <= {listener.port for listener in found}, found
         assert (up.state / "pulsar" / "db.rocksdb").is_dir()  # the state dir is relative
         first["clickstream"] = rewind_clickstream(up, first["clickstream"])
+        # A crash: the code server marks the run FAILURE at once, and the sensor launches its
+        # replacement at its first tick at least the backoff after the failure.
+        restart = up.kill_run(proc, first["orders"])
+        print(f"\nkill -9: {restart}")
+        assert restart.failed < 5, restart
+        assert restart.launched < BACKOFF + 2 * SENSOR_SECONDS + 10, restart
+        assert restart.consuming < 120, restart
+        first["orders"] = restart.run_id
         stopped = up.stop(proc)  # Ctrl-C
     print(f"\nCtrl-C: {stopped}")
     # The brokers outlived the runs, so each run's final commit went through.
