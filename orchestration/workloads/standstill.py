@@ -28,6 +28,7 @@ from orchestration.workloads.reporting import PARTITION_TABLE
 
 __all__ = [
     "MOVING_PHASES",
+    "PULSAR_LAG_UNKNOWN",
     "REFRESH_SECONDS",
     "StillWatch",
     "figures_of_all",
@@ -58,7 +59,7 @@ def standstill_figures(
 ) -> dict[str, Any]:
     """Observation metadata of a still workload: ``status`` is its phase, no rate, nothing in
     flight, and the lag the broker holds now (``lag`` None and ``lag_unknown`` saying why when
-    the broker cannot tell: it is down, or a Pulsar workload, see ``measure_lag``)."""
+    the broker cannot tell: it is down or slow, or the workload reads Pulsar)."""
     figures: dict[str, Any] = {
         "workload": spec.name,
         "topics": ", ".join(spec.source.topics),
