@@ -14,7 +14,7 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -c constraints.txt -e '.[dev]'
+	$(BIN)/pip install -c constraints.txt -e '.[dev,embedded]'
 	touch $@
 
 # The UI test drives Debian's chromium (playwright's own browser download does not work here);
@@ -60,9 +60,9 @@ bench-fleet: $(STAMP)
 lock:
 	rm -rf .lock-venv
 	$(PYTHON) -m venv .lock-venv
-	.lock-venv/bin/pip install -e '.[dev]'
+	.lock-venv/bin/pip install -e '.[dev,embedded]'
 	{ echo '# Pinned lock of the whole environment; `make lock` regenerates it'; \
-	  echo '# (pip freeze of a fresh venv after `pip install -e .[dev]`, lanehouse itself left out).'; \
+	  echo '# (pip freeze of a fresh venv after `pip install -e .[dev,embedded]`, lanehouse itself left out).'; \
 	  .lock-venv/bin/pip freeze --exclude-editable | grep -iv '^lanehouse[= @]'; } > constraints.txt
 	rm -rf .lock-venv
 

