@@ -15,19 +15,16 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-from dagster import AssetSpec, Definitions, build_sensor_for_freshness_checks
+from dagster import AssetSpec, Definitions
 
 from consumers.config.spec import WorkloadSpec
 from orchestration.workloads.names import SourceKind, topic_asset_key, workloads_dir
 from orchestration.workloads.registry import read_registry
 
-#: Evaluates the landed freshness checks (Dagster's factory; starts stopped).
-LANDED_FRESHNESS_SENSOR: Final = "landed_freshness"
 _KINDS: Final[Mapping[SourceKind, str]] = {"kafka": "Kafka", "pulsar": "Pulsar"}
 
 
@@ -66,7 +63,7 @@ def build_definitions(directory: Path) -> Definitions:
     from consumers.landing.files import default_lake
     from orchestration.lake.assets import SPARK_JOB, spark_assets, spark_resource
     from orchestration.lake.automation import SCHEDULES, SENSORS
-    from orchestration.lake.landed import landed_assets, landed_freshness_checks
+    from orchestration.lake.landed import landed_assets
     from orchestration.workloads.assets import workload_assets
     from orchestration.workloads.discovery import workload_discovery_sensor
     from orchestration.workloads.health import workload_checks
@@ -78,21 +75,14 @@ def build_definitions(directory: Path) -> Definitions:
     specs = read_registry(directory).specs() if directory.is_dir() else []
     definitions_loaded(directory, specs)
     landed = landed_assets(specs, default_lake())
-    freshness = landed_freshness_checks(landed)
-    with warnings.catch_warnings():  # superseded in 1.13, see landed_freshness_checks
-        warnings.filterwarnings("ignore", message=".*build_sensor_for_freshness_checks")
-        freshness_sensor = build_sensor_for_freshness_checks(
-            freshness_checks=freshness, name=LANDED_FRESHNESS_SENSOR
-        )
     return Definitions(
         assets=[*topic_assets(specs), *workload_assets(specs), *landed, *spark_assets()],
-        asset_checks=[*freshness, *workload_checks(specs)],
+        asset_checks=workload_checks(specs),
         jobs=[consumer_job, replay_job, rewind_job, SPARK_JOB],
         schedules=[dead_letter_replay_schedule, *SCHEDULES],
         sensors=[
             workload_discovery_sensor,
             *SENSORS,
-            freshness_sensor,
         ],
         resources={"pyspark": spark_resource()},
     )

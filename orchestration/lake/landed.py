@@ -1,6 +1,6 @@
 """The lake's day partitions and its landed datasets: ``landed_<dataset>`` assets (one per
 dataset a workload lands into, plus the two the Spark assets read, plus retired ones whose files
-the lake still holds) and their freshness checks.
+the lake still holds), each with a freshness policy.
 
 Landed assets are ``AssetSpec``s only: consumer runs report their materializations
 (:mod:`orchestration.workloads.reporting`), and the Spark assets (:mod:`orchestration.lake.assets`)
@@ -10,20 +10,18 @@ read them.
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Sequence
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Final
 
 from dagster import (
-    AssetChecksDefinition,
     AssetKey,
     AssetSpec,
     DailyPartitionsDefinition,
+    FreshnessPolicy,
     TableColumn,
     TableSchema,
-    build_last_update_freshness_checks,
 )
 from pyspark.sql.types import StructType
 
@@ -34,7 +32,7 @@ from orchestration.workloads.names import topic_asset_key
 from spark_jobs import LANDED_SCHEMA
 
 DEFAULT_LAKE_START: Final = date(2026, 1, 1)
-#: A landed dataset whose latest materialization is older than this fails its freshness check.
+#: A landed dataset whose latest materialization is older than this is stale (freshness FAIL).
 DEFAULT_LANDED_MAX_AGE_MINUTES: Final = 60
 #: Datasets the Spark assets read: their landed assets exist even when no spec lands there.
 CLICKS_DATASET: Final = STREAM_DATASETS["clicks"]
@@ -62,6 +60,12 @@ def lake_partitions() -> DailyPartitionsDefinition:
 LAKE_PARTITIONS: Final = lake_partitions()
 
 
+def landed_freshness() -> FreshnessPolicy:
+    """A landed dataset is stale when its newest landed file, of any day, is older than
+    ``LANEHOUSE_LANDED_MAX_AGE_MINUTES``: a workload stopped, stuck or landing nothing."""
+    return FreshnessPolicy.time_window(fail_window=landed_max_age())
+
+
 def landed_max_age() -> timedelta:
     raw = os.environ.get("LANEHOUSE_LANDED_MAX_AGE_MINUTES", "").strip()
     if not raw:
@@ -87,7 +91,7 @@ def landed_assets(specs: Sequence[WorkloadSpec], lake: Path | None = None) -> li
     """One ``landed_<dataset>`` per dataset some spec lands into, plus clickstream and orders,
     plus each dataset the ``lake`` holds files of that no spec lands into any more: retired
     (metadata ``retired``), defined while its files stay so the catalog never lists it without
-    a definition, and without a freshness check (nobody lands it).
+    a definition, and without a freshness policy (nobody lands it).
 
     Its deps are the topics of the workloads landing there.
     """
@@ -123,6 +127,9 @@ def landed_assets(specs: Sequence[WorkloadSpec], lake: Path | None = None) -> li
                 group_name="landed",
                 kinds={"parquet"},
                 partitions_def=LAKE_PARTITIONS,
+                # Fresh while some day was landed within the window (evaluated by Dagster's
+                # freshness daemon, see instance.py); a retired dataset is landed by nobody.
+                freshness_policy=None if dataset in retired else landed_freshness(),
                 metadata={
                     "dataset": dataset,
                     "workloads": workloads,
@@ -142,20 +149,3 @@ def _datasets_in(lake: Path) -> list[str]:
         ]
     except OSError:  # no lake yet
         return []
-
-
-def landed_freshness_checks(landed: Sequence[AssetSpec]) -> Sequence[AssetChecksDefinition]:
-    """Dagster's own check: fails when the newest landed materialization (any day) is older
-    than ``LANEHOUSE_LANDED_MAX_AGE_MINUTES``. Evaluated by the ``landed_freshness`` sensor.
-    Retired datasets (:func:`landed_assets`) get none.
-
-    Dagster 1.13 marks this factory superseded by ``FreshnessPolicy``; that one needs the
-    instance's freshness daemon switched on and yields a state, not a check result with
-    metadata, so the factory stays until the platform moves to it (its warning is silenced).
-    """
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*build_last_update_freshness_checks")
-        return build_last_update_freshness_checks(
-            assets=[spec.key for spec in landed if not spec.metadata.get("retired")],
-            lower_bound_delta=landed_max_age(),
-        )

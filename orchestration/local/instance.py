@@ -10,6 +10,8 @@ Why each setting:
   (which also catches runs launched without the tag, like a backfill from the UI), and
   dead-letter replays to one per workload.
 - telemetry off.
+- ``freshness``: the daemon evaluates the landed datasets' freshness policies
+  (:func:`orchestration.lake.landed.landed_freshness`) every 30 s; off, they stay UNKNOWN.
 - ``run_monitoring``: the daemon fails a run stuck STARTING (its worker never came up) after
   ``start_timeout_seconds`` and ends a run stuck CANCELING (nobody left to finish the drain)
   after ``cancel_timeout_seconds``; the discovery sensor then starts the workload again. A
@@ -54,6 +56,7 @@ def instance_config() -> dict[str, Any]:
             "start_timeout_seconds": RUN_START_TIMEOUT,
             "cancel_timeout_seconds": RUN_CANCEL_TIMEOUT,
         },
+        "freshness": {"enabled": True},
         "concurrency": {
             "runs": {
                 "max_concurrent_runs": -1,

@@ -140,8 +140,11 @@ def test_the_lake_graph_runs_from_topics_through_landed_to_spark_assets() -> Non
 
 
 def test_every_spark_asset_is_daily_single_run_with_a_column_schema() -> None:
+    from datetime import timedelta
+
     from dagster import AssetKey, DailyPartitionsDefinition, TableSchema
     from dagster._core.definitions.backfill_policy import BackfillPolicyType
+    from dagster._core.definitions.freshness import TimeWindowFreshnessPolicy
 
     from orchestration.definitions import defs
     from orchestration.local.instance import SPARK_POOL, SPARK_RUN_LIMIT, instance_config
@@ -162,10 +165,12 @@ def test_every_spark_asset_is_daily_single_run_with_a_column_schema() -> None:
     }
     checks = {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys}
     assert {("clean_clicks", "reconciles"), ("clean_orders", "reconciles")} <= checks
-    assert {a for a, _ in checks if a.startswith("landed_")} == {
-        "landed_clickstream",
-        "landed_orders",
-    }  # freshness
+    assert not {a for a, _ in checks if a.startswith("landed_")}  # freshness is a policy:
+    for name in ("landed_clickstream", "landed_orders"):
+        policy = graph.get(AssetKey(name)).freshness_policy
+        assert isinstance(policy, TimeWindowFreshnessPolicy), name
+        assert policy.fail_window.to_timedelta() == timedelta(minutes=60), name
+    assert "landed_freshness" not in {s.name for s in defs.sensors or []}  # no sensor needed
     assert defs.resolve_sensor_def("landed_day_closed").job_name == "spark_daily"
     assert defs.resolve_schedule_def("spark_nightly").job_name == "spark_daily"
 
@@ -197,10 +202,10 @@ def test_a_dataset_no_workload_lands_any_more_stays_defined_while_the_lake_holds
     tmp_path: Path,
 ) -> None:
     """Before: removing the workload left ``landed_<dataset>`` in the catalog without a
-    definition. Retired now: defined, said so, and no freshness check that can only go red."""
+    definition. Retired now: defined, said so, and no freshness policy that can only go red."""
     from dagster import AssetKey
 
-    from orchestration.lake.landed import landed_assets, landed_freshness_checks
+    from orchestration.lake.landed import landed_assets
 
     for name in ("added", "clickstream", "Not-A-Dataset"):
         (tmp_path / "landed" / name / "event_date=2026-11-26").mkdir(parents=True)
@@ -215,11 +220,8 @@ def test_a_dataset_no_workload_lands_any_more_stays_defined_while_the_lake_holds
     added = by_key[AssetKey("landed_added")]
     assert added.metadata["retired"] is True and "retired" in (added.description or "")
     assert by_key[AssetKey("landed_clickstream")].metadata["retired"] is False
-    [checks] = landed_freshness_checks(landed)
-    assert {key.asset_key for key in checks.check_keys} == {
-        AssetKey("landed_clickstream"),
-        AssetKey("landed_orders"),
-    }
+    assert added.freshness_policy is None  # nobody lands it: it can only go stale
+    assert by_key[AssetKey("landed_clickstream")].freshness_policy is not None
     assert {a.key for a in landed_assets([clicks], tmp_path / "no-lake")} == {
         AssetKey("landed_clickstream"),
         AssetKey("landed_orders"),
