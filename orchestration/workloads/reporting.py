@@ -192,6 +192,7 @@ class Reporter:
         self.replica = replica
         #: The partitions last written to the run's ``ASSIGNED_TAG`` (rewritten on a change).
         self._assigned: str | None = None
+        self._tag_failing = False
         self._key = workload_key(spec.name)
         self._judge = CheckJudge(context.instance, spec, context.run_id, replica, path)
         self._since = app.clock.now()
@@ -239,11 +240,16 @@ class Reporter:
             await clock.sleep(step)
             waited += step
             runner = self._app.runners.get(self._name)
-            if runner is not None:
-                try:
-                    self._tag_assignment(runner.parts)
-                except Exception as exc:  # as a report: try again on the next look
-                    self._context.log.warning(f"assigned tag not written: {exc!r}")
+            if runner is None:
+                continue
+            try:
+                self._tag_assignment(list(runner.parts))
+            except Exception as exc:  # as a report: try again on the next look, say it once
+                if not self._tag_failing:
+                    self._context.log.warning(f"assigned tag not written, retrying: {exc!r}")
+                self._tag_failing = True
+            else:
+                self._tag_failing = False
 
     def _landed_days(self) -> set[Path]:
         landing = self._app.runners[self._name].landing if self._name in self._app.runners else None
