@@ -810,7 +810,9 @@ async def test_a_sync_handler_that_never_returns_is_left_stuck_and_its_record_se
         await until(lambda: h.runner.counters.completed == 1)
         assert h.runner.counters.failed == 1
         assert h.runner.abandoned_threads == 1, "the stuck thread is still counted"
-        assert h.runner.permits_held == 0
+        # The permit goes back on the loop after the completion is counted (a loaded machine
+        # shows the gap): waited for, and it must come back.
+        await until(lambda: h.runner.permits_held == 0)
     finally:
         unblock.set()
     await until(lambda: h.runner.abandoned_threads == 0)
