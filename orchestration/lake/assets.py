@@ -46,6 +46,7 @@ from dagster_pyspark import PySparkResource
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from consumers.landing.files import default_lake
 from orchestration.lake import tables as lake_tables
 from orchestration.lake.landed import (
     CLICKS_DATASET,
@@ -54,8 +55,8 @@ from orchestration.lake.landed import (
     landed_key,
     table_schema,
 )
+from orchestration.lake.runs import SPARK_POOL, SPARK_RUN_TAG
 from orchestration.lake.spark_config import is_local, public_conf, secret_conf, session_conf
-from orchestration.local.instance import SPARK_POOL, SPARK_RUN_TAG, lake_dir
 from spark_jobs import (
     CLICK_SCHEMA,
     DUPLICATE_SCHEMA,
@@ -243,7 +244,7 @@ def _write(
     run materializes each day with the result's metadata, so ``dagster/row_count`` is set per
     day (a day without rows reads 0, not the range's total); the range's and the table's totals
     are named as such, and landed files left out of the input (``skipped``) are listed."""
-    root = lake_tables.table_root(lake_dir(), table.name)
+    root = lake_tables.table_root(default_lake(), table.name)
     lake_tables.write_days(frame, root, days, context.run.run_id)
     per_day = lake_tables.row_counts(root, days)
     for day, rows in per_day.items():
@@ -325,7 +326,7 @@ def _cleaning_asset(
         context: AssetExecutionContext, pyspark: LakeSparkResource
     ) -> Iterator[MaterializeResult[Any] | AssetCheckResult]:
         spark, days = pyspark.session(), run_days(context)
-        root = lake_tables.landed_root(lake_dir(), dataset)
+        root = lake_tables.landed_root(default_lake(), dataset)
         read = lake_tables.read_landed(spark, root, LANDED_SCHEMA, days)
         for path, why in read.skipped.items():
             context.log.warning(f"landed file {path} left out: {why}")
@@ -336,7 +337,7 @@ def _cleaning_asset(
             outputs.append((duplicates_table, result.duplicates))
             for table, frame in outputs:
                 yield _write(context, table, frame, days, read.skipped)
-            lake = lake_dir()
+            lake = default_lake()
             written = [
                 lake_tables.read_days(spark, lake_tables.table_root(lake, t.name), t.schema, days)
                 for t in tables
@@ -368,7 +369,7 @@ def _derived_asset(
         context: AssetExecutionContext, pyspark: LakeSparkResource
     ) -> MaterializeResult[Any]:
         spark, days = pyspark.session(), run_days(context)
-        lake = lake_dir()
+        lake = default_lake()
         frames = [
             lake_tables.read_days(spark, lake_tables.table_root(lake, i.name), i.schema, days)
             for i in inputs

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, Final
 from dagster import AssetKey, DagsterEventType, DagsterInstance, TableMetadataValue
 
 from consumers.errors import LanehouseError
+from orchestration.graphql import graphql
 from orchestration.lake.assets import PROCESSED_DATASET, SIBLINGS, SPARK_ASSET_NAMES, SPARK_JOB_NAME
 from orchestration.lake.landed import LAKE_PARTITIONS, landed_key
-from orchestration.local.graphql import graphql
-from orchestration.local.instance import SPARK_RUN_TAG
+from orchestration.lake.runs import SPARK_RUN_TAG
 
 if TYPE_CHECKING:
     from dagster import Definitions

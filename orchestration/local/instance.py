@@ -27,15 +27,8 @@ import yaml
 
 from consumers.config.loading import state_dir
 from consumers.landing.files import default_lake
-
-#: Tag every Spark run launched by Lanehouse carries; at most ``SPARK_RUN_LIMIT`` run at once.
-SPARK_RUN_TAG: Final = "lanehouse/spark"
-SPARK_RUN_LIMIT: Final = 1
-#: Pool of every Spark asset, so runs launched any way (a UI backfill has no Lanehouse tag)
-#: wait in the queue while ``SPARK_RUN_LIMIT`` Spark runs are in progress.
-SPARK_POOL: Final = "spark"
-#: Tag of dead-letter replay runs (value: the workload), limited to one run per value.
-REPLAY_RUN_TAG: Final = "lanehouse/dead_letter_replay"
+from orchestration.lake.runs import SPARK_RUN_LIMIT, SPARK_RUN_TAG
+from orchestration.workloads.names import REPLAY_RUN_TAG
 
 
 def lake_dir(state: Path | None = None) -> Path:

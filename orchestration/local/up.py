@@ -39,7 +39,7 @@ from consumers.config.spec import WorkloadSpec
 from consumers.dev.embedded.child import BrokerProcess
 from consumers.errors import LanehouseError
 from orchestration.demo.events import STREAM_DATASETS
-from orchestration.local.graphql import graphql
+from orchestration.graphql import graphql
 from orchestration.local.instance import lake_dir, prepare_dagster_home, prepare_platform_config
 from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,

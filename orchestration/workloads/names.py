@@ -47,6 +47,8 @@ PLATFORM_STOP_REASON: Final = "platform"
 #: The run a stop reason was given to: a re-execution copies its parent's tags, these two
 #: included, so a reason is the run's own only where this tag names the run.
 STOPPED_RUN_TAG: Final = "lanehouse/stopped_run"
+#: On dead-letter replay runs (value: the workload); the instance runs one per value at a time.
+REPLAY_RUN_TAG: Final = "lanehouse/dead_letter_replay"
 #: Dagster's own run tags: the partition a run serves; set on re-executions (with the parent's
 #: tags copied, ours included).
 PARTITION_TAG: Final = "dagster/partition"

@@ -134,7 +134,7 @@ class Reloader:
 
 
 def _reload(url: str, location: str) -> None:
-    from orchestration.local.graphql import graphql
+    from orchestration.graphql import graphql
 
     try:
         data = graphql(url, RELOAD_MUTATION, {"location": location}, timeout=120)

@@ -11,7 +11,7 @@ Off by default twice over (the schedule and the spec flag): replaying a record t
 reason nobody fixed only sends it round again. The job can also be launched by hand from the
 launchpad for any workload with a dead-letter topic, whatever its flag. Two replays of one
 workload must not overlap; the instance's tag limit on ``REPLAY_TAG`` (one run per value)
-serialises them (``REPLAY_RUN_TAG`` in :mod:`orchestration.local.instance`).
+serialises them (``REPLAY_RUN_TAG``, limited per value by the instance: :mod:`orchestration.local.instance`).
 """
 
 # No ``from __future__ import annotations``: Dagster reads the op's ``config`` annotation.
@@ -35,9 +35,13 @@ from pydantic import Field
 from consumers.config.spec import WorkloadSpec
 from consumers.dead_letters.places import replay_workload_dead_letters
 from consumers.errors import LanehouseError
-from orchestration.local.instance import REPLAY_RUN_TAG
 from orchestration.workloads.finding import find_workload
-from orchestration.workloads.names import WORKLOAD_PARTITIONS_NAME, WORKLOAD_TAG, workloads_dir
+from orchestration.workloads.names import (
+    REPLAY_RUN_TAG,
+    WORKLOAD_PARTITIONS_NAME,
+    WORKLOAD_TAG,
+    workloads_dir,
+)
 from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
 from orchestration.workloads.registry import read_registry
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil  # type: ignore[import-untyped]  # no stubs installed
 
-from orchestration.local.graphql import graphql
+from orchestration.graphql import graphql
 from orchestration.workloads.names import CONSUMER_JOB_NAME
 from tests.helpers import free_port, wait_until
 

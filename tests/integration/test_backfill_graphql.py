@@ -17,7 +17,7 @@ from dagster._core.workspace.context import WorkspaceRequestContext
 from dagster_graphql.test.utils import define_out_of_process_context, execute_dagster_graphql
 
 from orchestration.lake.backfill import BACKFILL_MUTATION, backfill_variables
-from orchestration.local.instance import SPARK_RUN_TAG
+from orchestration.lake.runs import SPARK_RUN_TAG
 
 pytestmark = pytest.mark.integration
 

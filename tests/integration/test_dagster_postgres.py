@@ -13,8 +13,9 @@ import sqlalchemy
 from dagster import DagsterInstance, DagsterRunStatus, job, op
 from sqlalchemy.engine import make_url
 
-from orchestration.local.instance import REPLAY_RUN_TAG, SPARK_RUN_TAG
+from orchestration.lake.runs import SPARK_RUN_TAG
 from orchestration.workloads.heartbeat import heartbeat_key, read_heartbeats, write_heartbeat
+from orchestration.workloads.names import REPLAY_RUN_TAG
 from tests.postgres import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[2]

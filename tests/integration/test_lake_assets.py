@@ -33,7 +33,7 @@ from orchestration.lake import tables as lake_tables
 from orchestration.lake.assets import SPARK_ASSET_NAMES, TABLES
 from orchestration.lake.automation import landed_day_closed
 from orchestration.lake.backfill import RANGE_END_TAG, RANGE_START_TAG, RangeRun, materialize_days
-from orchestration.local.instance import SPARK_RUN_TAG
+from orchestration.lake.runs import SPARK_RUN_TAG
 from tests.lake import Landed, day_files, land, snapshot
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

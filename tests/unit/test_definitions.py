@@ -147,7 +147,8 @@ def test_every_spark_asset_is_daily_single_run_with_a_column_schema() -> None:
     from dagster._core.definitions.freshness import TimeWindowFreshnessPolicy
 
     from orchestration.definitions import defs
-    from orchestration.local.instance import SPARK_POOL, SPARK_RUN_LIMIT, instance_config
+    from orchestration.lake.runs import SPARK_POOL, SPARK_RUN_LIMIT
+    from orchestration.local.instance import instance_config
 
     graph = defs.resolve_asset_graph()
     for name in SPARK_ASSETS:

@@ -1,5 +1,6 @@
 """The house's rules, read from the source: no import circles, the arrows between the
-engine's rooms point down (a backend never imports the engine, the engine never the service),
+rooms point down (a backend never imports the engine, the engine never the service; the
+platform's rooms under ``orchestration/`` never the local platform, the CLI or the assembly),
 and no module past 400 lines.
 
 Every import counts, also those under ``TYPE_CHECKING`` and inside functions: a circle a type
@@ -88,6 +89,19 @@ FORBIDDEN = {
     "consumers.landing": ("consumers.engine", "consumers.service", "consumers.backends"),
     "consumers.record": ("consumers.engine",),
     "consumers.rewind": ("consumers.engine", "consumers.execution", "consumers.service"),
+    # orchestration/: the platform's rooms never import the local platform, the CLI or the
+    # assembly (definitions.py). Still to go (#29): lake -> demo, lake -> workloads and
+    # lake -> definitions, until the shop's Spark assets leave lake/.
+    "orchestration.workloads": (
+        "orchestration.local",
+        "orchestration.cli",
+        "orchestration.demo",
+        "orchestration.definitions",
+    ),
+    "orchestration.lake": ("orchestration.local", "orchestration.cli"),
+    "orchestration.demo": ("orchestration.local", "orchestration.cli", "orchestration.workloads"),
+    "orchestration.local": ("orchestration.cli",),
+    "orchestration.graphql": ("orchestration.",),
 }
 
 
