@@ -81,9 +81,9 @@ def measure_lag(spec: WorkloadSpec, *, now: float | None = None, timeout: float 
     if not isinstance(source, KafkaSourceSpec):
         raise LagUnavailable(
             spec.name,
-            "autoscaling on Pulsar needs the broker's admin API (a subscription's backlog and "
-            "the publish time of its oldest message); Lanehouse does not read it yet and "
-            "pulsar-lite does not serve it: use a fixed replica count (replicas: N)",
+            "a Pulsar subscription's lag needs the broker's admin API (its backlog and the "
+            "publish time of its oldest message), which Lanehouse does not read yet and "
+            "pulsar-lite does not serve (so a Pulsar workload takes a fixed replica count)",
         )
     config = spec.client_config()
     reset = str(config.get("auto.offset.reset", CONSUMER_DEFAULTS["auto.offset.reset"]))

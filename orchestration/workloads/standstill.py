@@ -28,7 +28,6 @@ from orchestration.workloads.reporting import PARTITION_TABLE
 
 __all__ = [
     "MOVING_PHASES",
-    "PULSAR_LAG_UNKNOWN",
     "REFRESH_SECONDS",
     "StillWatch",
     "figures_of_all",
@@ -40,11 +39,6 @@ Measure = Callable[[WorkloadSpec], Lag]
 
 #: Phases of replica 0 in which a run reads (or is about to) and reports its own figures.
 MOVING_PHASES: Final = frozenset({"running", "starting", "stopping"})
-#: Why a still Pulsar workload's lag is not shown.
-PULSAR_LAG_UNKNOWN: Final = (
-    "a Pulsar subscription's backlog needs the broker's admin API, which Lanehouse does not "
-    "read yet (pulsar-lite does not serve it)"
-)
 #: How often the sensor observes a still workload's lag again (it grows while nobody reads).
 REFRESH_SECONDS: Final = 60.0
 
@@ -68,10 +62,6 @@ def standstill_figures(
         "in_flight": 0,
         "lag_from": "broker",
     }
-    if spec.source.kind == "pulsar":
-        figures["lag"] = None
-        figures["lag_unknown"] = PULSAR_LAG_UNKNOWN
-        return figures
     try:
         lag = measure(spec)
     except (LanehouseError, OSError) as exc:

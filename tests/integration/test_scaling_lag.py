@@ -137,5 +137,7 @@ def test_pulsar_lag_is_unavailable_with_the_reason() -> None:
             },
         }
     )
-    with pytest.raises(LagUnavailable, match="autoscaling on Pulsar needs the broker's admin API"):
+    with pytest.raises(
+        LagUnavailable, match="a Pulsar subscription's lag needs the broker's admin API"
+    ):
         measure_lag(spec)
