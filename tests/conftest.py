@@ -76,6 +76,16 @@ def topic_factory(kafka_broker: TansuBroker, request: pytest.FixtureRequest) -> 
 
 
 @pytest.fixture(autouse=True)
+def _platform_settings_from_env() -> Iterator[None]:
+    """A test that built a platform with explicit places leaves none behind: the next test's
+    sensors and jobs read the places from its own environment."""
+    from orchestration import settings
+
+    yield
+    settings.reset()
+
+
+@pytest.fixture(autouse=True)
 def _fail_on_thread_exception() -> Iterator[None]:
     """Fail the test if any thread died with an uncaught exception while it ran."""
     deaths: list[str] = []

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 from consumers.landing.files import LandedRow, SourceIdentity, landed_path, write_landed
 from orchestration.demo.events import DemoRecord
 from orchestration.lake import tables as lake_tables
-from orchestration.lake.assets import TABLES
+from orchestration.shop.tables import TABLES
 
 DATASETS = {"clicks": "clickstream", "orders": "orders"}
 SOURCES = {

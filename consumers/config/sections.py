@@ -87,7 +87,8 @@ def is_dataset_name(value: str) -> bool:
     return _DATASET.fullmatch(value) is not None
 
 
-def _check_dataset(value: str) -> str:
+def check_dataset_name(value: str) -> str:
+    """``value`` when it is a dataset name, else ``ValueError`` saying the rule."""
     if not is_dataset_name(value):
         raise ValueError(
             f"{value!r} is not allowed: use 1-63 characters of lowercase letters, digits and '_', "
@@ -99,7 +100,7 @@ def _check_dataset(value: str) -> str:
 class LandingSpec(FrozenModel):
     """Records land as Parquet under ``<lake>/landed/<dataset>/``; see docs/lake.md."""
 
-    dataset: Annotated[str, AfterValidator(_check_dataset)]
+    dataset: Annotated[str, AfterValidator(check_dataset_name)]
     flush_rows: int = Field(default=50_000, ge=1)
     flush_interval: Duration = Field(default=60.0, gt=0)
     #: The directory level of a landed file; only the record's UTC day is supported.

@@ -1,6 +1,6 @@
 """``lanehouse backfill ASSET... --from DAY --to DAY``: rebuild Spark assets for a day range, as
 a UI backfill when a Dagster webserver answers, else in this process with a progress display
-(:mod:`orchestration.lake.backfill` does both).
+(:mod:`orchestration.shop.backfill` does both).
 
 The lake is Dagster and Spark: the command imports it when it runs, so ``lanehouse --help``
 stays fast.
@@ -53,7 +53,7 @@ def backfill_command(
     ),
 ) -> None:
     """Rebuild Spark assets for a range of days as one run (a UI backfill if Dagster is up)."""
-    from orchestration.lake.backfill import day_range, selected_assets, webserver_answers
+    from orchestration.shop.backfill import day_range, selected_assets, webserver_answers
 
     with exits_on(ValueError, code=2):
         names = selected_assets(assets)
@@ -68,7 +68,7 @@ def backfill_command(
 
 
 def _launch_on_webserver(url: str, names: list[str], days: list[date]) -> None:
-    from orchestration.lake.backfill import launch_backfill
+    from orchestration.shop.backfill import launch_backfill
 
     with exits_on(LanehouseError, OSError):
         backfill_id = launch_backfill(url, names, days)
@@ -79,7 +79,7 @@ def _launch_on_webserver(url: str, names: list[str], days: list[date]) -> None:
 def _run_here(state_dir: Path | None, names: list[str], days: list[date]) -> None:
     from dagster import DagsterInstance
 
-    from orchestration.lake.backfill import materialize_days
+    from orchestration.shop.backfill import materialize_days
 
     state = default_state_dir(state_dir)
     os.environ["LANEHOUSE_LAKE"] = str(lake_dir(state))  # the assets read it at run time

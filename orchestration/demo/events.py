@@ -25,6 +25,8 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Final, Literal, get_args
 
+from orchestration.shop.datasets import CLICKS_DATASET, ORDERS_DATASET
+
 Stream = Literal["clicks", "orders"]
 EventType = Literal["page_view", "add_to_cart", "purchase"]
 DefectKind = Literal[
@@ -56,7 +58,7 @@ ORDER_DEFECTS: Final[tuple[DefectKind, ...]] = (
     "total_mismatch",
 )
 #: The dataset each stream lands in (the Spark assets read these two).
-STREAM_DATASETS: Final[dict[Stream, str]] = {"clicks": "clickstream", "orders": "orders"}
+STREAM_DATASETS: Final[dict[Stream, str]] = {"clicks": CLICKS_DATASET, "orders": ORDERS_DATASET}
 CLICK_REQUIRED: Final = ("event_id", "user_id", "event_type", "product_id", "ts")
 ORDER_REQUIRED: Final = ("order_id", "user_id", "items", "total", "currency", "ts")
 CURRENCY: Final = "EUR"

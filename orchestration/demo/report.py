@@ -16,8 +16,8 @@ from rich.table import Table
 
 from consumers.config.spec import WorkloadSpec
 from orchestration.demo.events import DemoRecord, expected_per_day
-from orchestration.lake.backfill import DayCounts, RangeRun
-from orchestration.lake.landed import landed_key
+from orchestration.platform import landed_key
+from orchestration.shop.backfill import DayCounts, RangeRun
 
 
 @dataclass

@@ -53,7 +53,7 @@ from orchestration.demo.report import (
     print_summary,
     reconciliation_rows,
 )
-from orchestration.lake.backfill import RangeRun
+from orchestration.shop.backfill import RangeRun
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
@@ -221,7 +221,7 @@ def materialize_demo(
     ephemeral one by default: the caller that passes its own can read the run's events)."""
     from dagster import DagsterInstance
 
-    from orchestration.lake.backfill import materialize_days
+    from orchestration.shop.backfill import materialize_days
 
     with _lake_env(lake):
         if instance is not None:

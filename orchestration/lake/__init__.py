@@ -1,3 +1,3 @@
-"""The lake under Dagster and Spark: landed topics as assets, the Spark assets and their
-checks, the tables on disk, the Spark session's configuration, automation (sensor, schedules)
-and backfills over a day range."""
+"""The lake under Dagster: its day partitions, what a landed dataset is to an asset downstream
+of it, the tables on disk, and the Spark session (resource and configuration) of lake assets.
+Its public names are re-exported by :mod:`orchestration.platform`."""

@@ -1,10 +1,10 @@
-"""The lake's day partitions and its landed datasets: ``landed_<dataset>`` assets (one per
-dataset a workload lands into, plus the two the Spark assets read, plus retired ones whose files
-the lake still holds), each with a freshness policy.
+"""The lake's day partitions and what a landed dataset is to an asset downstream of it: its
+asset key, its freshness, its column schema, and its rows of a run's days read in PySpark.
 
-Landed assets are ``AssetSpec``s only: consumer runs report their materializations
-(:mod:`orchestration.workloads.reporting`), and the Spark assets (:mod:`orchestration.lake.assets`)
-read them.
+The ``landed_<dataset>`` assets themselves are built from the workload specs
+(:mod:`orchestration.platform.catalog`); consumer runs report their materializations
+(:mod:`orchestration.workloads.reporting`), and Spark assets (the shop's in
+:mod:`orchestration.shop`, or a user's own) read them with :func:`read_landed_days`.
 """
 
 from __future__ import annotations
@@ -16,27 +16,23 @@ from pathlib import Path
 from typing import Final
 
 from dagster import (
+    AssetExecutionContext,
     AssetKey,
-    AssetSpec,
     DailyPartitionsDefinition,
     FreshnessPolicy,
     TableColumn,
     TableSchema,
 )
+from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
-from consumers.config.sections import is_dataset_name
-from consumers.config.spec import WorkloadSpec
-from orchestration.demo.events import STREAM_DATASETS
-from orchestration.workloads.names import topic_asset_key
+from orchestration import settings
+from orchestration.lake.tables import LandedDays, landed_root, read_landed
 from spark_jobs import LANDED_SCHEMA
 
 DEFAULT_LAKE_START: Final = date(2026, 1, 1)
 #: A landed dataset whose latest materialization is older than this is stale (freshness FAIL).
 DEFAULT_LANDED_MAX_AGE_MINUTES: Final = 60
-#: Datasets the Spark assets read: their landed assets exist even when no spec lands there.
-CLICKS_DATASET: Final = STREAM_DATASETS["clicks"]
-ORDERS_DATASET: Final = STREAM_DATASETS["orders"]
 
 
 def lake_partitions() -> DailyPartitionsDefinition:
@@ -87,65 +83,17 @@ def landed_key(dataset: str) -> AssetKey:
     return AssetKey(f"landed_{dataset}")
 
 
-def landed_assets(specs: Sequence[WorkloadSpec], lake: Path | None = None) -> list[AssetSpec]:
-    """One ``landed_<dataset>`` per dataset some spec lands into, plus clickstream and orders,
-    plus each dataset the ``lake`` holds files of that no spec lands into any more: retired
-    (metadata ``retired``), defined while its files stay so the catalog never lists it without
-    a definition, and without a freshness policy (nobody lands it).
-
-    Its deps are the topics of the workloads landing there.
-    """
-    writers: dict[str, list[WorkloadSpec]] = {CLICKS_DATASET: [], ORDERS_DATASET: []}
-    for spec in specs:
-        if spec.landing is not None:
-            writers.setdefault(spec.landing.dataset, []).append(spec)
-    retired = set(_datasets_in(lake)) - writers.keys() if lake is not None else set()
-    writers.update({dataset: [] for dataset in retired})
-    assets = []
-    for dataset, landing_specs in sorted(writers.items()):
-        topics = sorted(
-            {
-                AssetKey(topic_asset_key(topic, spec.source.kind))
-                for spec in landing_specs
-                for topic in spec.source.topics
-            },
-            key=AssetKey.to_user_string,
-        )
-        workloads = ", ".join(sorted(s.name for s in landing_specs)) or "no workload yet"
-        description = f"Records landed as Parquet under landed/{dataset}/ by {workloads}."
-        if dataset in retired:
-            workloads = "none now (retired)"
-            description = (
-                f"Records landed earlier as Parquet under landed/{dataset}/; no workload lands "
-                "here now (retired). Its files stay in the lake until you delete them."
-            )
-        assets.append(
-            AssetSpec(
-                key=landed_key(dataset),
-                deps=list(topics),
-                description=description,
-                group_name="landed",
-                kinds={"parquet"},
-                partitions_def=LAKE_PARTITIONS,
-                # Fresh while some day was landed within the window (evaluated by Dagster's
-                # freshness daemon, see instance.py); a retired dataset is landed by nobody.
-                freshness_policy=None if dataset in retired else landed_freshness(),
-                metadata={
-                    "dataset": dataset,
-                    "workloads": workloads,
-                    "retired": dataset in retired,
-                    "dagster/column_schema": table_schema(LANDED_SCHEMA),
-                },
-            )
-        )
-    return assets
+def run_days(context: AssetExecutionContext) -> list[date]:
+    """The days of an asset's run: one partition, or a whole range under a single-run
+    backfill."""
+    return [date.fromisoformat(key) for key in context.partition_keys]
 
 
-def _datasets_in(lake: Path) -> list[str]:
-    """Datasets the lake holds a directory of (other names are not ours: ignored)."""
-    try:
-        return [
-            d.name for d in (lake / "landed").iterdir() if d.is_dir() and is_dataset_name(d.name)
-        ]
-    except OSError:  # no lake yet
-        return []
+def read_landed_days(
+    spark: SparkSession, dataset: str, days: Sequence[date], lake: Path | None = None
+) -> LandedDays:
+    """``dataset``'s landed rows of ``days`` (columns: ``spark_jobs.LANDED_SCHEMA``) from the
+    platform's lake, or ``lake``. Files that cannot be read are left out and listed in
+    ``skipped`` (path -> why), so one damaged file does not fail the whole run."""
+    root = landed_root(lake or settings.current().lake, dataset)
+    return read_landed(spark, root, LANDED_SCHEMA, days)

@@ -38,9 +38,9 @@ from consumers.config.sources import KafkaSourceSpec, PulsarSourceSpec
 from consumers.config.spec import WorkloadSpec
 from consumers.dev.embedded.child import BrokerProcess
 from consumers.errors import LanehouseError
-from orchestration.demo.events import STREAM_DATASETS
 from orchestration.graphql import graphql
 from orchestration.local.instance import lake_dir, prepare_dagster_home, prepare_platform_config
+from orchestration.shop.datasets import CLICKS_DATASET, ORDERS_DATASET
 from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,
     DISCOVERY_SENSOR_NAME,
@@ -180,9 +180,9 @@ class Platform:
         dataset from a source the shop writes to (clicks: Kafka; orders: Kafka or Pulsar)."""
         dataset = spec.landing.dataset if spec.landing else None
         source, topic = spec.source, spec.source.topics[0]
-        if dataset == STREAM_DATASETS["clicks"] and isinstance(source, KafkaSourceSpec):
+        if dataset == CLICKS_DATASET and isinstance(source, KafkaSourceSpec):
             return "clicks", ["--clicks-topic", topic]
-        if dataset != STREAM_DATASETS["orders"]:
+        if dataset != ORDERS_DATASET:
             return None
         if isinstance(source, PulsarSourceSpec):
             return "orders", ["--orders-topic", topic, "--pulsar", self.env["PULSAR_URL"]]

@@ -62,9 +62,9 @@ from pydantic import Field
 
 from consumers.config.spec import spec_hash
 from consumers.engine import event_loop
-from consumers.landing.files import default_lake
 from consumers.service.app import ConsumerApp, WorkloadSummary
 from consumers.service.launch import build_app
+from orchestration import settings
 from orchestration.workloads.endpoints import run_endpoints
 from orchestration.workloads.finding import find_workload
 from orchestration.workloads.heartbeat import HEARTBEAT_SECONDS, write_heartbeat
@@ -297,7 +297,7 @@ def consume(context: OpExecutionContext, config: ConsumerRunConfig) -> None:
         )
     every = config.observe_every()
     pool_sizes = {spec.permits.pool: config.pool_size} if config.pool_size else None
-    app = build_app([spec], pool_sizes, lake=default_lake())
+    app = build_app([spec], pool_sizes, lake=settings.current().lake)
     stop = StopRequests(app, context)
     replica = replica_of(context.run.tags)
     reporter = Reporter(context, app, spec, replica, path)

@@ -9,13 +9,13 @@ CLI and ``lanehouse up`` use it); the partitions definition itself is in
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final, Literal
 
 from consumers.config.pulsar_options import validate_pulsar_topic
+from orchestration import settings
 
 SourceKind = Literal["kafka", "pulsar"]
 
@@ -54,13 +54,10 @@ REPLAY_RUN_TAG: Final = "lanehouse/dead_letter_replay"
 PARTITION_TAG: Final = "dagster/partition"
 PARENT_RUN_TAG: Final = "dagster/parent_run_id"
 
-#: Where workload specs live unless ``LANEHOUSE_WORKLOADS`` says otherwise.
-DEFAULT_WORKLOADS_DIR: Final = Path(__file__).resolve().parents[2] / "workloads"
-
 
 def workloads_dir() -> Path:
-    """The directory of workload specs (``$LANEHOUSE_WORKLOADS`` or the repo's ``workloads/``)."""
-    return Path(os.environ.get("LANEHOUSE_WORKLOADS", DEFAULT_WORKLOADS_DIR))
+    """The directory of workload specs (:mod:`orchestration.settings`)."""
+    return settings.current().workloads
 
 
 def replica_unit(workload: str, replica: int) -> str:

@@ -11,8 +11,9 @@ the same the UI's "Reload" button sends, from a background thread so the tick ne
 it. The webserver reloads the code server; the daemon picks up the new definitions on its next
 workspace refresh (within a minute).
 
-Where: ``LANEHOUSE_DAGSTER_URL`` (the webserver, e.g. ``http://127.0.0.1:3000``; ``lanehouse
-up`` and the compose stack set it) and ``LANEHOUSE_CODE_LOCATION`` (default ``lanehouse``, as
+Where: the platform's ``dagster_url`` (:mod:`orchestration.settings`: the component's field or
+``LANEHOUSE_DAGSTER_URL``, e.g. ``http://127.0.0.1:3000``; ``lanehouse up`` and the compose
+stack set it) and ``LANEHOUSE_CODE_LOCATION`` (default ``lanehouse``, as
 ``workspace.yaml`` names it). Without the URL the tick warns with what is missing instead.
 
 A workload whose file turned invalid asks for no reload: the sensor holds its runs on the last
@@ -30,10 +31,10 @@ from pathlib import Path
 from typing import Final
 
 from consumers.config.spec import WorkloadSpec
+from orchestration import settings
 from orchestration.workloads.cursor import Message
 from orchestration.workloads.registry import Registry
 
-URL_ENV: Final = "LANEHOUSE_DAGSTER_URL"
 LOCATION_ENV: Final = "LANEHOUSE_CODE_LOCATION"
 DEFAULT_LOCATION: Final = "lanehouse"
 #: A reload asked for and not yet seen (the same files still differ) is asked again after this.
@@ -109,13 +110,13 @@ class Reloader:
             self._asked = None
             return None
         what = differences(loaded, current)
-        url = os.environ.get(URL_ENV, "").strip()
+        url = settings.current().dagster_url or ""
         location = os.environ.get(LOCATION_ENV, "").strip() or DEFAULT_LOCATION
         if not url:
             return Message(
                 "warning",
                 f"the code location's assets are behind the workload files ({what}): reload "
-                f"location {location!r} in the UI, or set {URL_ENV} to the webserver's address "
+                f"location {location!r} in the UI, or set {settings.URL_ENV} (or the component's dagster_url) to the webserver's address "
                 "so the sensor does it",
             )
         if (

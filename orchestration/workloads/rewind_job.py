@@ -36,11 +36,11 @@ from pydantic import Field
 
 from consumers.config.spec import WorkloadSpec
 from consumers.errors import LanehouseError
-from consumers.landing.files import default_lake
 from consumers.rewind.apply import rewind_workload
 from consumers.rewind.kafka import kafka_members
 from consumers.rewind.plan import RewindPlan, RewindRefused
 from consumers.rewind.target import RewindTarget, parse_target
+from orchestration import settings
 from orchestration.workloads.cursor import Cancel, StopReason
 from orchestration.workloads.discovery import UNFINISHED, stop_run
 from orchestration.workloads.finding import find_workload
@@ -92,7 +92,7 @@ def rewind(context: OpExecutionContext, config: RewindConfig) -> Output[RewindPl
             stop_consumer_runs(instance, context.log, name, target, config.stop_timeout)
             wait_for_no_members(spec, config.stop_timeout)
         plan = rewind_workload(
-            spec, target, config.partitions, dry_run=config.dry_run, lake=default_lake()
+            spec, target, config.partitions, dry_run=config.dry_run, lake=settings.current().lake
         )
     except LanehouseError as exc:
         raise Failure(f"rewind of {name} refused, nothing changed: {exc}") from exc

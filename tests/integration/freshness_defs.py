@@ -1,11 +1,12 @@
-"""A code location for the landed freshness test: the landed assets of one landing workload."""
+"""A code location for the landed freshness test: the landed assets of one landing workload,
+and one dataset a pipeline reads that no workload lands (never landed: FAIL)."""
 
 from __future__ import annotations
 
 from dagster import Definitions
 
 from consumers.config.spec import WorkloadSpec
-from orchestration.lake.landed import landed_assets
+from orchestration.platform.catalog import landed_assets
 
 CLICKS = WorkloadSpec.model_validate(
     {
@@ -15,4 +16,4 @@ CLICKS = WorkloadSpec.model_validate(
     }
 )
 
-defs = Definitions(assets=landed_assets([CLICKS]))
+defs = Definitions(assets=landed_assets([CLICKS], datasets=["orders"]))

@@ -16,8 +16,8 @@ from dagster import AssetKey, DagsterInstance, instance_for_test
 from dagster._core.workspace.context import WorkspaceRequestContext
 from dagster_graphql.test.utils import define_out_of_process_context, execute_dagster_graphql
 
-from orchestration.lake.backfill import BACKFILL_MUTATION, backfill_variables
 from orchestration.lake.runs import SPARK_RUN_TAG
+from orchestration.shop.backfill import BACKFILL_MUTATION, backfill_variables
 
 pytestmark = pytest.mark.integration
 

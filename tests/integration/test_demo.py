@@ -14,7 +14,7 @@ from consumers.dev.embedded.pulsar import PULSAR_TEST_CLIENT_KWARGS, PulsarLiteB
 from orchestration.demo.events import generate
 from orchestration.demo.report import DayRow, Outcome, Watched, print_reconciliation, print_summary
 from orchestration.demo.runner import demo_days, pulsar_unacknowledged, run_demo
-from orchestration.lake.backfill import DayCounts
+from orchestration.shop.backfill import DayCounts
 from tests.backends import PulsarBackend
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]

@@ -30,10 +30,11 @@ from consumers.landing.quarantine import move_aside
 from orchestration.cli import app
 from orchestration.demo.events import DemoRecord, expected_per_day, generate
 from orchestration.lake import tables as lake_tables
-from orchestration.lake.assets import SPARK_ASSET_NAMES, TABLES
-from orchestration.lake.automation import landed_day_closed
-from orchestration.lake.backfill import RANGE_END_TAG, RANGE_START_TAG, RangeRun, materialize_days
 from orchestration.lake.runs import SPARK_RUN_TAG
+from orchestration.shop import assets as shop_assets
+from orchestration.shop.automation import landed_day_closed
+from orchestration.shop.backfill import RANGE_END_TAG, RANGE_START_TAG, RangeRun, materialize_days
+from orchestration.shop.tables import SPARK_ASSET_NAMES, TABLES
 from tests.lake import Landed, day_files, land, snapshot
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -253,7 +254,7 @@ def test_the_reconciliation_check_fails_when_a_write_loses_rows(
             frame = frame.exceptAll(frame.orderBy("_offset").limit(1))
         write_days(frame, root, days, stage)
 
-    monkeypatch.setattr(lake_tables, "write_days", lossy)
+    monkeypatch.setattr(shop_assets, "write_days", lossy)
     run = materialize_days(DAYS[0], DAYS[0], instance=lake.instance, assets=["clean_clicks"])
     assert run.success and not run.checks_passed
     assert run.reconciliation["landed_clickstream"][DAYS[0]].unaccounted == 1

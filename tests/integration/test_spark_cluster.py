@@ -108,7 +108,7 @@ DRIVER = textwrap.dedent(
     """
     import json, sys
     from pyspark.sql import SparkSession
-    from orchestration.lake.assets import spark_resource
+    from orchestration.lake.spark import spark_resource
 
     conf = spark_resource().effective_conf()
     builder = SparkSession.builder

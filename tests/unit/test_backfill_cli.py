@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestration.cli import app
-from orchestration.lake.backfill import backfill_variables, day_range, selected_assets
+from orchestration.shop.backfill import backfill_variables, day_range, selected_assets
 
 pytestmark = pytest.mark.unit
 

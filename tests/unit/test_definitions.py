@@ -43,7 +43,7 @@ def test_definitions_load_with_topic_assets() -> None:
 def test_kafka_and_pulsar_topics_of_one_name_are_distinct_assets() -> None:
     from dagster import AssetKey, Definitions
 
-    from orchestration.definitions import topic_assets
+    from orchestration.platform.catalog import topic_assets
 
     assets = topic_assets(
         [
@@ -72,7 +72,7 @@ def test_kafka_and_pulsar_topics_of_one_name_are_distinct_assets() -> None:
 
 
 def test_topics_that_would_share_a_key_are_refused_by_name() -> None:
-    from orchestration.definitions import topic_assets
+    from orchestration.platform.catalog import topic_assets
 
     with pytest.raises(ValueError, match=r"'a\.b' and 'a_b' both map to the asset key topics/a_b"):
         topic_assets([spec("one", kafka("a.b")), spec("two", kafka("a_b"))])
@@ -179,15 +179,16 @@ def test_every_spark_asset_is_daily_single_run_with_a_column_schema() -> None:
 def test_landed_assets_follow_the_specs_landing_datasets() -> None:
     from dagster import AssetKey
 
-    from orchestration.lake.landed import landed_assets
+    from orchestration.platform.catalog import landed_assets
 
     clicks = spec("clicks", kafka("clickstream.events"), landing={"dataset": "clickstream"})
     audit = spec("audit", pulsar("audit"), landing={"dataset": "audit_log"})
-    by_key = {a.key: a for a in landed_assets([clicks, audit, spec("plain", kafka("x"))])}
+    specs = [clicks, audit, spec("plain", kafka("x"))]
+    by_key = {a.key: a for a in landed_assets(specs, datasets=["orders"])}
     assert set(by_key) == {
         AssetKey("landed_audit_log"),
         AssetKey("landed_clickstream"),
-        AssetKey("landed_orders"),  # the Spark assets read it, even with no spec landing there
+        AssetKey("landed_orders"),  # a pipeline reads it, even with no spec landing there
     }
     deps = {d.asset_key for d in by_key[AssetKey("landed_clickstream")].deps}
     assert deps == {AssetKey(["topics", "clickstream_events"])}
@@ -206,26 +207,21 @@ def test_a_dataset_no_workload_lands_any_more_stays_defined_while_the_lake_holds
     definition. Retired now: defined, said so, and no freshness policy that can only go red."""
     from dagster import AssetKey
 
-    from orchestration.lake.landed import landed_assets
+    from orchestration.platform.catalog import landed_assets
 
     for name in ("added", "clickstream", "Not-A-Dataset"):
         (tmp_path / "landed" / name / "event_date=2026-11-26").mkdir(parents=True)
     clicks = spec("clicks", kafka("clickstream.events"), landing={"dataset": "clickstream"})
     landed = landed_assets([clicks], tmp_path)
     by_key = {a.key: a for a in landed}
-    assert set(by_key) == {
-        AssetKey("landed_added"),
-        AssetKey("landed_clickstream"),
-        AssetKey("landed_orders"),
-    }
+    assert set(by_key) == {AssetKey("landed_added"), AssetKey("landed_clickstream")}
     added = by_key[AssetKey("landed_added")]
     assert added.metadata["retired"] is True and "retired" in (added.description or "")
     assert by_key[AssetKey("landed_clickstream")].metadata["retired"] is False
     assert added.freshness_policy is None  # nobody lands it: it can only go stale
     assert by_key[AssetKey("landed_clickstream")].freshness_policy is not None
     assert {a.key for a in landed_assets([clicks], tmp_path / "no-lake")} == {
-        AssetKey("landed_clickstream"),
-        AssetKey("landed_orders"),
+        AssetKey("landed_clickstream")
     }
 
 

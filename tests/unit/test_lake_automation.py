@@ -16,7 +16,7 @@ from dagster import (
     instance_for_test,
 )
 
-from orchestration.lake.automation import (
+from orchestration.shop.automation import (
     Cursor,
     closed_day_requests,
     landed_day_closed,

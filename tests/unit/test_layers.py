@@ -80,6 +80,22 @@ def test_no_import_circles() -> None:
     assert circles == []
 
 
+#: orchestration's rooms from the bottom up: each may import only those before it.
+_ORCHESTRATION = (
+    "lake",
+    "workloads",
+    "platform",
+    "shop",
+    "demo",
+    "local",
+    "definitions",
+    "cli",
+)
+_ABOVE = {
+    f"orchestration.{room}": tuple(f"orchestration.{r}" for r in _ORCHESTRATION[i + 1 :])
+    for i, room in enumerate(_ORCHESTRATION)
+}
+
 #: room -> rooms it must never import (the arrows point down).
 FORBIDDEN = {
     "consumers.backends": ("consumers.engine", "consumers.execution", "consumers.service"),
@@ -89,18 +105,21 @@ FORBIDDEN = {
     "consumers.landing": ("consumers.engine", "consumers.service", "consumers.backends"),
     "consumers.record": ("consumers.engine",),
     "consumers.rewind": ("consumers.engine", "consumers.execution", "consumers.service"),
-    # orchestration/: the platform's rooms never import the local platform, the CLI or the
-    # assembly (definitions.py). Still to go (#29): lake -> demo, lake -> workloads and
-    # lake -> definitions, until the shop's Spark assets leave lake/.
-    "orchestration.workloads": (
-        "orchestration.local",
-        "orchestration.cli",
-        "orchestration.demo",
-        "orchestration.definitions",
+    # orchestration/, bottom up: settings and graphql, lake, workloads, the public platform,
+    # the shop's pipeline (a user of the platform's public surface only), the demo, the local
+    # platform, the assembly (definitions.py), the CLI.
+    "orchestration.settings": ("orchestration.",),
+    "orchestration.lake": _ABOVE["orchestration.lake"],
+    "orchestration.workloads": _ABOVE["orchestration.workloads"],
+    "orchestration.platform": _ABOVE["orchestration.platform"],
+    "orchestration.shop": (
+        *_ABOVE["orchestration.shop"],
+        "orchestration.lake",
+        "orchestration.workloads",
     ),
-    "orchestration.lake": ("orchestration.local", "orchestration.cli"),
-    "orchestration.demo": ("orchestration.local", "orchestration.cli", "orchestration.workloads"),
-    "orchestration.local": ("orchestration.cli",),
+    "orchestration.demo": _ABOVE["orchestration.demo"],
+    "orchestration.local": _ABOVE["orchestration.local"],
+    "orchestration.definitions": _ABOVE["orchestration.definitions"],
     "orchestration.graphql": ("orchestration.",),
 }
 
@@ -115,6 +134,25 @@ def test_imports_point_down(room: str) -> None:
         if target.startswith(FORBIDDEN[room])
     ]
     assert wrong == []
+
+
+def room_of(name: str) -> str:
+    """``consumers.engine.source`` -> ``consumers.engine``; a top-level module is its own room."""
+    return ".".join(name.split(".")[:2])
+
+
+def test_no_two_way_room_dependencies() -> None:
+    """Rooms, not only modules, depend one way: two rooms importing each other are one room
+    split in two, or a mechanism in the wrong room. Checked for ``orchestration/`` (the rooms
+    of ``consumers/`` still hold one pair, config <-> landing, for the house's second pass)."""
+    arrows = {
+        (room_of(name), room_of(target))
+        for name, targets in GRAPH.items()
+        if name.startswith("orchestration.")
+        for target in targets
+        if room_of(name) != room_of(target)
+    }
+    assert sorted(f"{a} <-> {b}" for a, b in arrows if (b, a) in arrows and a < b) == []
 
 
 def test_every_module_is_at_most_400_lines() -> None:

@@ -125,7 +125,7 @@ def test_secret_properties_reach_the_session_but_not_the_resource_config(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Dagster shows a resource's config in the UI: a secret must not be part of it."""
-    from orchestration.lake.assets import spark_resource
+    from orchestration.lake.spark import spark_resource
 
     monkeypatch.setenv("LANEHOUSE_SPARK_MASTER", "spark://spark-master:7077")
     monkeypatch.setenv(
@@ -142,7 +142,7 @@ def test_secret_properties_reach_the_session_but_not_the_resource_config(
 def test_a_bad_setting_stops_the_resource_from_being_built(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from orchestration.lake.assets import spark_resource
+    from orchestration.lake.spark import spark_resource
 
     monkeypatch.setenv("LANEHOUSE_SPARK_CONF", '{"executor.memory": "2g"}')
     with pytest.raises(ValueError, match="LANEHOUSE_SPARK_CONF"):

@@ -14,6 +14,7 @@ import yaml
 
 from consumers.config.spec import WorkloadSpec, load_spec
 from consumers.engine.valve import ValveWindow
+from orchestration import settings
 from orchestration.workloads import reload
 from orchestration.workloads.assets import DEAD_LETTERS_CHECK, LAG_CHECK, PINNED_CHECK
 from orchestration.workloads.health import Recorder, judge
@@ -140,7 +141,7 @@ def test_new_removed_and_changed_workloads_ask_for_one_reload(
     (tmp_path / "b.yaml").unlink()
     spec(tmp_path, "c")
     spec(tmp_path, "a", owners=["team:shop"])
-    monkeypatch.setenv(reload.URL_ENV, f"http://127.0.0.1:{webserver.server_port}")
+    monkeypatch.setenv(settings.URL_ENV, f"http://127.0.0.1:{webserver.server_port}")
     reloader = reload.Reloader()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -166,11 +167,11 @@ def test_an_invalid_file_keeps_its_definitions_and_no_url_means_a_warning(
     reload.definitions_loaded(tmp_path, [spec(tmp_path, "a"), spec(tmp_path, "b")])
     (tmp_path / "b.yaml").write_text("name: b\nsource: {kind: kafka}\n")  # held, not removed
     assert check(reload.Reloader(), tmp_path, 0.0) is None
-    monkeypatch.delenv(reload.URL_ENV, raising=False)
+    monkeypatch.delenv(settings.URL_ENV, raising=False)
     spec(tmp_path, "c")
     warned = check(reload.Reloader(), tmp_path, 0.0)
     assert warned is not None and warned.level == "warning"
-    assert "added c" in warned.text and reload.URL_ENV in warned.text
+    assert "added c" in warned.text and settings.URL_ENV in warned.text
 
 
 def test_the_valve_share_reaches_one_where_the_next_dead_letter_stops_the_workload() -> None:

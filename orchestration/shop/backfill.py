@@ -27,9 +27,9 @@ from dagster import AssetKey, DagsterEventType, DagsterInstance, TableMetadataVa
 
 from consumers.errors import LanehouseError
 from orchestration.graphql import graphql
-from orchestration.lake.assets import PROCESSED_DATASET, SIBLINGS, SPARK_ASSET_NAMES, SPARK_JOB_NAME
-from orchestration.lake.landed import LAKE_PARTITIONS, landed_key
-from orchestration.lake.runs import SPARK_RUN_TAG
+from orchestration.platform import LAKE_PARTITIONS, SPARK_RUN_TAG, landed_key
+from orchestration.shop.assets import SPARK_JOB_NAME
+from orchestration.shop.tables import PROCESSED_DATASET, SIBLINGS, SPARK_ASSET_NAMES
 
 if TYPE_CHECKING:
     from dagster import Definitions
@@ -166,9 +166,9 @@ def materialize_days(
     A failing step does not raise: ``success`` says it, and the run's events tell why.
     """
     if definitions is None:
-        from orchestration.definitions import defs
+        from orchestration.shop.pipeline import shop_definitions
 
-        definitions = defs
+        definitions = shop_definitions()
     names = selected_assets(assets) if assets is not None else list(SPARK_ASSET_NAMES)
     days = tuple(first + timedelta(days=n) for n in range((last - first).days + 1))
     if not days:

@@ -36,8 +36,9 @@ from dagster import (
     sensor,
 )
 
-from orchestration.lake.assets import PROCESSED_DATASET, SPARK_JOB_NAME
-from orchestration.lake.landed import LAKE_PARTITIONS, landed_key
+from orchestration.platform import LAKE_PARTITIONS, landed_key
+from orchestration.shop.assets import SPARK_JOB_NAME
+from orchestration.shop.tables import PROCESSED_DATASET
 
 SENSOR_NAME: Final = "landed_day_closed"
 DEFAULT_GRACE: Final = timedelta(minutes=10)
