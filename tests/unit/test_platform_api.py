@@ -6,7 +6,10 @@ test_new_project.py.)"""
 from __future__ import annotations
 
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -118,44 +121,10 @@ def test_a_bad_place_fails_naming_it(tmp_path: Path, given: dict[str, object], s
         lanehouse_definitions(**arguments)  # type: ignore[arg-type]
 
 
-def test_the_component_from_a_defs_yaml(tmp_path: Path) -> None:
-    from dagster import AssetKey
-    from dagster.components.testing import create_defs_folder_sandbox
-
-    from orchestration.platform import LanehouseComponent, platform_settings
-
-    with create_defs_folder_sandbox() as sandbox:
-        workloads(sandbox.project_root)
-        path = sandbox.scaffold_component(
-            component_cls=LanehouseComponent,
-            defs_yaml_contents={
-                "type": "orchestration.platform.LanehouseComponent",
-                "attributes": {
-                    "workloads": "workloads",
-                    "lake": "lake",
-                    "dagster_url": "http://127.0.0.1:3999",
-                    "datasets": ["reports"],
-                },
-            },
-        )
-        with sandbox.load_component_and_build_defs(defs_path=path) as (component, defs):
-            assert isinstance(component, LanehouseComponent)
-            graph = defs.resolve_asset_graph()
-            assert AssetKey(["workloads", "audit"]) in graph.get_all_asset_keys()
-            assert AssetKey("landed_reports") in graph.get_all_asset_keys()
-            assert platform_settings().lake == (sandbox.project_root / "lake").resolve()
-
-
-@pytest.mark.parametrize(
-    ("attributes", "said"),
-    [
-        ({"workloads": "nowhere"}, "is not a directory"),
-        ({"workloads": "workloads", "dagster_url": "ftp://x"}, "expected an http(s) address"),
-        ({"workloads": "workloads", "datasets": ["a b"]}, "is not allowed"),
-        ({"workloads": "workloads", "lakes": "typo"}, "lakes"),
-    ],
-)
-def test_a_bad_field_fails_the_load_naming_it(attributes: dict[str, object], said: str) -> None:
+@contextmanager
+def declared(attributes: dict[str, object]) -> Iterator[tuple[Path, Any]]:
+    """A project whose ``defs.yaml`` declares the component with ``attributes``, and a
+    ``workloads/`` of one spec: its root, and what loads the component and its definitions."""
     from dagster.components.testing import create_defs_folder_sandbox
 
     from orchestration.platform import LanehouseComponent
@@ -169,10 +138,38 @@ def test_a_bad_field_fails_the_load_naming_it(attributes: dict[str, object], sai
                 "attributes": attributes,
             },
         )
-        with (
-            pytest.raises(Exception) as failure,
-            sandbox.load_component_and_build_defs(defs_path=path),
-        ):
-            pass
-        # Dagster wraps it in the component tree's error; the cause says what is wrong.
-        assert said in "".join(traceback.format_exception(failure.value))
+        yield sandbox.project_root, lambda: sandbox.load_component_and_build_defs(defs_path=path)
+
+
+def test_the_component_from_a_defs_yaml() -> None:
+    from dagster import AssetKey
+
+    from orchestration.platform import LanehouseComponent, platform_settings
+
+    attributes = {
+        "workloads": "workloads",
+        "lake": "lake",
+        "dagster_url": "http://127.0.0.1:3999",
+        "datasets": ["reports"],
+    }
+    with declared(attributes) as (root, load), load() as (component, defs):
+        assert isinstance(component, LanehouseComponent)
+        keys = defs.resolve_asset_graph().get_all_asset_keys()
+        assert AssetKey(["workloads", "audit"]) in keys and AssetKey("landed_reports") in keys
+        assert platform_settings().lake == (root / "lake").resolve()
+
+
+@pytest.mark.parametrize(
+    ("attributes", "said"),
+    [
+        ({"workloads": "nowhere"}, "is not a directory"),
+        ({"workloads": "workloads", "dagster_url": "ftp://x"}, "expected an http(s) address"),
+        ({"workloads": "workloads", "datasets": ["a b"]}, "is not allowed"),
+        ({"workloads": "workloads", "lakes": "typo"}, "lakes"),
+    ],
+)
+def test_a_bad_field_fails_the_load_naming_it(attributes: dict[str, object], said: str) -> None:
+    with declared(attributes) as (_, load), pytest.raises(Exception) as failure, load():
+        pass
+    # Dagster wraps it in the component tree's error; the cause says what is wrong.
+    assert said in "".join(traceback.format_exception(failure.value))
