@@ -169,7 +169,9 @@ def _evaluate(
 ) -> SensorResult:
     instance = context.instance
     registry = read_registry(directory, cache=cache)
-    reload = watch.reloader.check(directory, registry, now)
+    origin = context.code_location_origin
+    location = origin.location_name if origin is not None else None
+    reload = watch.reloader.check(directory, registry, now, location)
     if reload is not None:
         context.log.log(_LEVELS[reload.level], reload.text)
     state = DiscoveryState.from_cursor(context.cursor)

@@ -11,10 +11,11 @@ the same the UI's "Reload" button sends, from a background thread so the tick ne
 it. The webserver reloads the code server; the daemon picks up the new definitions on its next
 workspace refresh (within a minute).
 
-Where: the platform's ``dagster_url`` (:mod:`orchestration.settings`: the component's field or
-``LANEHOUSE_DAGSTER_URL``, e.g. ``http://127.0.0.1:3000``; ``lanehouse up`` and the compose
-stack set it) and ``LANEHOUSE_CODE_LOCATION`` (default ``lanehouse``, as
-``workspace.yaml`` names it). Without the URL the tick warns with what is missing instead.
+Which location: the one the sensor's tick reports (its name in the workspace: ``lanehouse`` in
+this repository, the project's name under ``dg dev``), else ``LANEHOUSE_CODE_LOCATION``, else
+``lanehouse``. Where: the platform's ``dagster_url`` (:mod:`orchestration.settings`: the
+component's field or ``LANEHOUSE_DAGSTER_URL``, e.g. ``http://127.0.0.1:3000``; ``lanehouse
+up`` and the compose stack set it). Without the URL the tick warns with what is missing.
 
 A workload whose file turned invalid asks for no reload: the sensor holds its runs on the last
 valid spec, and its page keeps showing them ("held") until the location loads again for another
@@ -98,8 +99,11 @@ class Reloader:
     def __init__(self) -> None:
         self._asked: tuple[str, float] | None = None
 
-    def check(self, directory: Path, registry: Registry, now: float) -> Message | None:
-        """``registry``: what the sensor read from ``directory`` this tick."""
+    def check(
+        self, directory: Path, registry: Registry, now: float, location: str | None = None
+    ) -> Message | None:
+        """``registry``: what the sensor read from ``directory`` this tick; ``location``: the
+        code location the tick's sensor belongs to, as Dagster names it (None outside one)."""
         if _loaded is None or _loaded[0] != directory.resolve():
             return None  # no definitions were built from it in this process (a test's sensor)
         loaded = _loaded[1]
@@ -111,7 +115,7 @@ class Reloader:
             return None
         what = differences(loaded, current)
         url = settings.current().dagster_url or ""
-        location = os.environ.get(LOCATION_ENV, "").strip() or DEFAULT_LOCATION
+        location = location or os.environ.get(LOCATION_ENV, "").strip() or DEFAULT_LOCATION
         if not url:
             return Message(
                 "warning",

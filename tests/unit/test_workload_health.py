@@ -161,6 +161,21 @@ def test_new_removed_and_changed_workloads_ask_for_one_reload(
     wait_until(lambda: len(webserver.bodies) == 2, 10, message="asked again")
 
 
+def test_the_reload_names_the_location_the_tick_reports(
+    tmp_path: Path, webserver: _Webserver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a team's project the location is the project's name, not ``lanehouse``: the tick's
+    own location wins over ``LANEHOUSE_CODE_LOCATION``."""
+    reload.definitions_loaded(tmp_path, [spec(tmp_path, "a")])
+    spec(tmp_path, "b")
+    monkeypatch.setenv(settings.URL_ENV, f"http://127.0.0.1:{webserver.server_port}")
+    monkeypatch.setenv(reload.LOCATION_ENV, "from_env")
+    asked = reload.Reloader().check(tmp_path, read_registry(tmp_path), 0.0, "audit_project")
+    assert asked is not None and asked.text.endswith("reloading code location 'audit_project'")
+    wait_until(lambda: webserver.bodies, 10, message="the reload mutation")
+    assert webserver.bodies[0]["variables"] == {"location": "audit_project"}
+
+
 def test_an_invalid_file_keeps_its_definitions_and_no_url_means_a_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
