@@ -17,6 +17,7 @@ from consumers.engine.counters import WorkloadCounters
 from consumers.engine.partition import Lane
 from consumers.engine.ready import ReadyLanes
 from consumers.engine.resolution import Resolver
+from consumers.engine.settlement import Settlement
 from consumers.engine.tap import Tap
 from consumers.engine.workers import Worker
 from consumers.record import Record
@@ -52,8 +53,10 @@ class BatchCalls:
         counters: WorkloadCounters,
         clock: Clock,
         tap: Tap | None,
+        settlement: Settlement,
     ) -> None:
         self._name = name
+        self._settlement = settlement
         self._unique = unique
         self._caller = caller
         self._resolver = resolver
@@ -75,6 +78,7 @@ class BatchCalls:
         outcomes, error = await self._caller.call_batch(worker, handled)
         worker.record = None
         counters, resolver, tap = self._counters, self._resolver, self._tap
+        late = self._settlement.late
         for lane, recs in batch:
             held = False
             part = lane.part
@@ -82,8 +86,7 @@ class BatchCalls:
                 part.in_flight -= 1
                 if held:
                     continue
-                if part.revoked:
-                    counters.late_completions += 1
+                if late(rec):
                     continue
                 if rec in superseded:
                     counters.superseded += 1

@@ -47,6 +47,7 @@ class DeadLetterWriter:
         later: Callable[..., None],
         written: Callable[[Record], None],
         fail: Callable[[BaseException], None],
+        owns: Callable[[Record], bool],
     ) -> None:
         self.topic = topic
         self.write_timeout = write_timeout
@@ -58,6 +59,7 @@ class DeadLetterWriter:
         self._later = later
         self._written = written
         self._fail = fail
+        self._owns = owns
 
     def write(self, rec: Record, headers: Headers) -> None:
         """Send the dead letter of ``rec``; its outcome arrives through ``written`` or ``fail``."""
@@ -74,7 +76,7 @@ class DeadLetterWriter:
 
     def _failed(self, rec: Record, headers: Headers, first: float, error: DeliveryError) -> None:
         self._counters.dead_letter_write_failures += 1
-        if rec._part is not None and rec._part.revoked:
+        if not self._owns(rec):
             return  # no longer ours: the partition's next owner handles the record again
         waited = self._clock.now() - first
         if error.permanent or waited >= self.write_timeout:

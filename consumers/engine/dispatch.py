@@ -10,28 +10,23 @@ one record at a time per worker (``_work``); batch and unique modes gather a bat
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 from consumers.clock import Clock, first_of
 from consumers.engine.batching import BatchCalls
 from consumers.engine.caller import HandlerCaller
 from consumers.engine.counters import WorkloadCounters
 from consumers.engine.isolation import Isolation
-from consumers.engine.partition import PartitionState
 from consumers.engine.ready import ReadyLanes
 from consumers.engine.resolution import Resolver
 from consumers.engine.settings import RunnerSettings
+from consumers.engine.settlement import Settlement
 from consumers.engine.tap import Tap
 from consumers.engine.workers import Worker
 from consumers.permits.pool import PermitClient, PermitPool
-from consumers.record import Record
 
 #: How long a worker runs records without suspending (handlers that never await, inline sync
 #: handlers) before it lets the loop take its turn: intake, timers, results from threads.
 TURN = 0.002
-
-#: Completes a plain success at once: (record, its partition, now).
-Finish = Callable[[Record, PartitionState, float], None]
 
 
 class Dispatch:
@@ -49,7 +44,7 @@ class Dispatch:
         counters: WorkloadCounters,
         tap: Tap | None,
         progress: asyncio.Event,
-        finish: Finish,
+        settlement: Settlement,
         isolation: Isolation | None = None,
     ) -> None:
         self._settings = settings
@@ -62,7 +57,7 @@ class Dispatch:
         self._counters = counters
         self._tap = tap
         self._progress = progress
-        self._finish = finish
+        self._settlement = settlement
         self._isolation = isolation
         self._batched = settings.mode != "single"
         self._ordered = settings.ordering != "none"
@@ -152,7 +147,7 @@ class Dispatch:
         tap = self._tap
         name = self._settings.name
         call = self._caller.call
-        finish = self._finish
+        late, settle = self._settlement.late, self._settlement.settle
         progress = self._progress
         should_yield, permits = self._pool.should_yield, self.permits
         self._starting -= 1
@@ -178,11 +173,9 @@ class Dispatch:
                 worker.record = None
                 part.in_flight -= 1
                 held = False
-                if part.revoked:
-                    self._counters.late_completions += 1
-                else:
+                if not late(rec):
                     if outcome is None and error is None and immediate:
-                        finish(rec, part, now())  # plain success: the hot path
+                        settle(rec)  # plain success: the hot path
                     else:
                         held = self._resolver.resolve(lane, rec, outcome, error)
                     if tap is not None:

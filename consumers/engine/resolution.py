@@ -33,7 +33,7 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from consumers.backends.base import DeliveryError, Position
 from consumers.clock import Clock
@@ -41,6 +41,7 @@ from consumers.dead_letters.headers import encode_dead_letter_headers
 from consumers.engine.counters import WorkloadCounters
 from consumers.engine.dead_letter import DeadLetterWriter
 from consumers.engine.producer import AckedProducer
+from consumers.engine.settlement import Settlement
 from consumers.engine.valve import ValveWindow
 from consumers.errors import DeadLetterRatioExceeded, HandlerError, LandingError, SinkWriteError
 from consumers.landing.files import LandedRow, SourceIdentity
@@ -52,22 +53,6 @@ if TYPE_CHECKING:
     from consumers.engine.partition import Lane, PartitionState
 
 log = logging.getLogger("lanehouse.outcomes")
-
-
-class Completions(Protocol):
-    """What the resolver tells the workload's runner: the one way a record completes."""
-
-    def complete(self, rec: Record) -> None:
-        """The record's outcome is durable: it may be committed past."""
-        ...
-
-    def requeue(self, lane: Lane, rec: Record) -> None:
-        """A retry is due: the record runs next in its lane."""
-        ...
-
-    def fail(self, error: BaseException) -> None:
-        """The workload must stop (safety valve, an output that cannot be written)."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -112,7 +97,9 @@ class Resolver:
         producer: AckedProducer | None,
         clock: Clock,
         counters: WorkloadCounters,
-        owner: Completions,
+        settlement: Settlement,
+        requeue: Callable[[Lane, Record], None],
+        fail: Callable[[BaseException], None],
         landing: LandingSink | None = None,
         identity: Callable[[str], SourceIdentity] | None = None,
         position: Position | None = None,
@@ -134,9 +121,12 @@ class Resolver:
         self._producer = producer
         self._clock = clock
         self._counters = counters
-        self._complete = owner.complete
-        self._requeue = owner.requeue
-        self._fail = owner.fail
+        #: The one way a record completes (:mod:`consumers.engine.settlement`).
+        self._complete = settlement.settle
+        #: A retry is due: the record runs next in its lane.
+        self._requeue = requeue
+        #: The workload must stop (safety valve, an output that cannot be written).
+        self._fail = fail
         self._rng = random.Random()
         self._failures: dict[Record, _Failure] = {}
         self._valve = (
@@ -155,6 +145,7 @@ class Resolver:
                 later=self._later,
                 written=self._acked,
                 fail=self._fail,
+                owns=settlement.owns,
             )
             if dead_letter is not None and producer is not None
             else None

@@ -7,9 +7,9 @@ Lifecycle (all on the event-loop thread):
 The runner assembles the mechanisms and owns what they share: ``ingest`` hands messages to the
 :class:`~consumers.engine.intake.Intake` (trackers, lanes, pauses) and wakes the
 :class:`~consumers.engine.dispatch.Dispatch` (workers holding permits run lane heads through the
-caller); the :class:`~consumers.engine.resolution.Resolver` turns results into completions and
-tells the runner through its :class:`~consumers.engine.resolution.Completions` interface; every
-completion ends in ``_finish``, which moves the partition's watermark. The runner never talks to
+caller); the :class:`~consumers.engine.resolution.Resolver` turns results into completions;
+every completion, on every path, ends in :class:`~consumers.engine.settlement.Settlement`, the
+one way into a partition's commit position. The runner never talks to
 the broker: it asks its :class:`SourceControl` to commit, pause and resume.
 """
 
@@ -36,6 +36,7 @@ from consumers.engine.producer import AckedProducer
 from consumers.engine.ready import ReadyLanes
 from consumers.engine.resolution import Resolver
 from consumers.engine.settings import RunnerSettings
+from consumers.engine.settlement import Settlement
 from consumers.engine.tap import Tap
 from consumers.engine.workers import watchdog
 from consumers.execution.executors import Handler
@@ -105,19 +106,6 @@ class WorkloadRunner:
             self._lake = Lake(settings.name, settings.landing, identify, clock)
         #: The landing sink, for reports (None unless the workload lands).
         self.landing = self._lake.sink if self._lake else None
-        self._resolver = Resolver(
-            settings.name,
-            settings.retry,
-            settings.dead_letter,
-            settings.output_topic,
-            producer,
-            clock,
-            self.counters,
-            self,
-            landing=self.landing,
-            identity=self._lake.identity if self._lake else None,
-            position=position,
-        )
         self._intake = Intake(
             settings.name,
             self.parts,
@@ -128,7 +116,31 @@ class WorkloadRunner:
             settings.buffer_limit,
             control.pause,
             control.resume,
-            sequenced=self._resolver.sequenced,
+            sequenced=settings.output_topic is not None,
+        )
+        self._settlement = Settlement(
+            self.counters,
+            clock,
+            self._commits,
+            self._commit_now,
+            self._intake.resume_if_drained,
+            # a drain may wait for acknowledgements or landed files
+            progress=self._progress if producer is not None or self.landing is not None else None,
+        )
+        self._resolver = Resolver(
+            settings.name,
+            settings.retry,
+            settings.dead_letter,
+            settings.output_topic,
+            producer,
+            clock,
+            self.counters,
+            self._settlement,
+            self.requeue,
+            self.fail,
+            landing=self.landing,
+            identity=self._lake.identity if self._lake else None,
+            position=position,
         )
         if self.landing is not None:  # a partition whose files fail to land pauses
             self.landing.gates.on_blocked = self._intake.hold
@@ -144,6 +156,7 @@ class WorkloadRunner:
             self.counters,
             clock,
             tap,
+            self._settlement,
         )
         self._dispatch = Dispatch(
             settings,
@@ -156,7 +169,7 @@ class WorkloadRunner:
             self.counters,
             tap,
             self._progress,
-            self._finish,
+            self._settlement,
             isolation,
         )
 
@@ -305,17 +318,7 @@ class WorkloadRunner:
             self._resolver.done(rec, (), land=False)  # a previous owner completed it
         self._dispatch.arrived()
 
-    # ------------------------------------------------------------------ completions (Resolver)
-
-    def complete(self, rec: Record) -> None:
-        """The record's outcome is durable: it may now be committed past."""
-        part = rec._part
-        if part is None or part.revoked:
-            self.counters.late_completions += 1
-            return
-        self._finish(rec, part, self._clock.now())
-        if self._producer is not None or self.landing is not None:
-            self._progress.set()  # drain may be waiting for acknowledgements or files
+    # ------------------------------------------------------------------ from the Resolver
 
     def requeue(self, lane: Lane, rec: Record) -> None:
         """A retry is due: its record runs next in its lane (:meth:`ReadyLanes.requeue`)."""
@@ -327,15 +330,6 @@ class WorkloadRunner:
         if not self.failed.done():
             log.error("workload %s: stopping: %s", self.settings.name, error)
             self.failed.set_exception(error)
-
-    def _finish(self, rec: Record, part: PartitionState, now: float) -> None:
-        advanced = part.tracker.complete(rec, now)
-        self.counters.completed += 1
-        if advanced:
-            if self._commits.advanced(advanced):
-                self._commit_now.set()
-            if part.paused:
-                self._intake.resume_if_drained(part)
 
     # ------------------------------------------------------------------ timers and commits
 
