@@ -97,16 +97,17 @@ class StallWatch:
         name: str,
         assigned: Mapping[PartitionKey, PartitionState],
         positions: Mapping[PartitionKey, int],
+        ends: Mapping[PartitionKey, int],
         paused: set[PartitionKey],
         held: bool,
     ) -> None:
         """Observe every assigned partition (``positions``: the client's, else the committed
-        one; ``paused``: what the client was told to pause, updated here) and recover those
-        due."""
+        one; ``ends``: the partitions' ends the client knows; ``paused``: what the client was
+        told to pause, updated here) and recover those due."""
         now = self._clock.now()
         for key, part in list(assigned.items()):
             position = positions.get(key, part.committed)
-            end = part.high_watermark
+            end = ends.get(key)
             if end is None and not (held or key in paused):
                 self._nudge_unknown(consumer, key, paused, now)
                 continue

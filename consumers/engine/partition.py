@@ -1,5 +1,6 @@
-"""Per-partition state owned by the event loop: the commit tracker, the lanes (FIFOs of records
-waiting to run) and flow counters."""
+"""Per-partition state owned by the event loop, its one writer (what the source thread observes,
+such as the partition's end, reaches it as a posted event): the commit tracker, the lanes (FIFOs
+of records waiting to run) and flow counters."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The workload runner: one workload on the event loop, from records in to commit positions.
 
-Lifecycle (all on the event-loop thread):
+Lifecycle (on the event-loop thread; ``prepare_assignment`` alone runs on the source thread,
+inside the client's assignment callback, before any record of the partitions is read):
 
     assign(parts) → ingest(messages)* → [revoke(keys)]* → drain() → final positions
 
@@ -18,12 +19,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
 
 from consumers.backends.base import CommitOffset, Identify, MessageLike, PartitionKey, Position
 from consumers.clock import Clock, first_of, wait_for
 from consumers.engine.batching import BatchCalls
 from consumers.engine.caller import HandlerCaller
+from consumers.engine.commands import SourceControl
 from consumers.engine.commits import CommitPlanner
 from consumers.engine.counters import WorkloadCounters
 from consumers.engine.dispatch import Dispatch
@@ -45,14 +46,6 @@ from consumers.permits.pool import PermitPool
 from consumers.record import Record
 
 log = logging.getLogger("lanehouse.engine")
-
-
-class SourceControl(Protocol):
-    """What a runner asks of the thread that owns the client."""
-
-    def commit(self, offsets: list[CommitOffset], asynchronous: bool) -> None: ...
-    def pause(self, parts: list[PartitionKey]) -> None: ...
-    def resume(self, parts: list[PartitionKey]) -> None: ...
 
 
 class WorkloadRunner:
@@ -345,7 +338,9 @@ class WorkloadRunner:
         """Send the positions that moved since the last commit to the source."""
         offsets = self._commits.plan(list(self.parts.values()), only_changed=True)
         if offsets:
-            self._control.commit(offsets, asynchronous)
+            parts = self.parts
+            planned = [(o, parts.get((o[0], o[1]))) for o in offsets]
+            self._control.commit(planned, asynchronous)
 
     # ------------------------------------------------------------------ introspection
 

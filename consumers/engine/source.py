@@ -26,25 +26,26 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
-import queue
 import threading
 from collections import deque
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
 
 from consumers.backends.base import (
     NO_OFFSET,
     CommitOffset,
     ConsumerFactory,
     ConsumerLike,
+    MessageLike,
     PartitionKey,
 )
 from consumers.backends.metadata import decode_done
 from consumers.clock import Clock, RealClock
+from consumers.engine.commands import SourceCommands
 from consumers.engine.handoff import chain, set_exception, set_result
 from consumers.engine.incarnations import IncarnationWatch
 from consumers.engine.liveness import DEFAULT_STALL_AFTER, ClientPauses, StallWatch
 from consumers.engine.partition import PartitionState
-from consumers.engine.runner import WorkloadRunner
 from consumers.errors import BrokerError, EngineError
 
 log = logging.getLogger("lanehouse.source")
@@ -56,8 +57,27 @@ INGEST_SLICE = 1000
 WATERMARK_REFRESH_SECONDS = 1.0
 
 
+class Consuming(Protocol):
+    """What the source thread hands its runner, on the loop (the runner is built first)."""
+
+    parts: dict[PartitionKey, PartitionState]
+
+    def prepare_assignment(
+        self, parts: Sequence[PartitionState], rewind: Callable[[PartitionKey, int], int]
+    ) -> None:
+        """On the source thread, inside ``on_assign``, before any record is read."""
+        ...
+
+    def assign(self, parts: Iterable[PartitionState]) -> None: ...
+    def ingest(self, messages: list[MessageLike]) -> None: ...
+    def passed(self, positions: dict[PartitionKey, int]) -> None: ...
+    async def revoke(self, keys: Sequence[PartitionKey]) -> list[CommitOffset]: ...
+    async def drain(self) -> list[CommitOffset]: ...
+
+
 class SourceThread:
-    """Drives one client for one workload runner (the runner's ``SourceControl``)."""
+    """Drives one client for one workload runner, applying the runner's requests
+    (:class:`~consumers.engine.commands.SourceCommands`) between polls."""
 
     def __init__(
         self,
@@ -71,6 +91,9 @@ class SourceThread:
         clock: Clock | None = None,
         watch: IncarnationWatch | None = None,
         stall_after: float = DEFAULT_STALL_AFTER,
+        *,
+        runner: Consuming,
+        commands: SourceCommands,
     ) -> None:
         self.name = name
         self._watch = watch
@@ -81,8 +104,8 @@ class SourceThread:
         self._batch_size = batch_size
         self._poll_timeout = poll_timeout
         self._clock = clock or RealClock()
-        self._runner: WorkloadRunner | None = None
-        self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._runner = runner
+        self._commands = commands
         self._handed = threading.Event()
         self._posted = 0
         self._ingested = 0
@@ -92,8 +115,9 @@ class SourceThread:
         self._shutting_down = False
         self._closed = False
         self._consumer: ConsumerLike | None = None
-        #: Client positions last posted to the runner.
+        #: Client positions and partition ends last posted to the runner.
         self._positions: dict[PartitionKey, int] = {}
+        self._ends: dict[PartitionKey, int] = {}
         #: What this thread told the client to pause (it alone pauses and resumes).
         self._pauses = ClientPauses(name)
         #: Partitions with records behind them that deliver nothing (read for reports).
@@ -108,41 +132,18 @@ class SourceThread:
         self.final_commit_failure: str | None = None
         self.rebalances = 0
 
-    def attach(self, runner: WorkloadRunner) -> None:
-        self._runner = runner
-
     def start(self) -> None:
-        if self._runner is None:
-            raise RuntimeError("attach a runner before starting the source")
         self._thread.start()
-
-    # ------------------------------------------------------------ SourceControl (loop thread)
-
-    def commit(self, offsets: list[CommitOffset], asynchronous: bool) -> None:
-        """Queue positions the runner planned, each with the assignment it was planned for (the
-        runner's partition states are the ones this thread assigned): a command still queued
-        when its partition was revoked and assigned again, with another member committing
-        further in between, is stale and must never move the group's position back."""
-        assert self._runner is not None
-        parts = self._runner.parts
-        self._commands.put(("commit", [(o, parts.get((o[0], o[1]))) for o in offsets]))
-
-    def pause(self, parts: list[PartitionKey]) -> None:
-        self._commands.put(("pause", parts))
-
-    def resume(self, parts: list[PartitionKey]) -> None:
-        self._commands.put(("resume", parts))
 
     async def stop(self) -> None:
         """Graceful stop: no more intake, drain the runner, final synchronous commit, close."""
         if self._closed:
             return
         self._intake_open = False
-        self._commands.put(("pause_all", None))
-        assert self._runner is not None
+        self._commands.put("pause_all", None)
         offsets = await self._runner.drain()
         self._shutting_down = True
-        self._commands.put(("close", offsets))
+        self._commands.put("close", offsets)
         await asyncio.shield(self.finished)
 
     # ------------------------------------------------------------ the thread
@@ -212,7 +213,6 @@ class SourceThread:
 
     def _apply_events(self) -> None:
         runner = self._runner
-        assert runner is not None
         budget = INGEST_SLICE
         inbox = self._inbox
         while inbox and budget > 0:
@@ -232,6 +232,10 @@ class SourceThread:
                 runner.assign(payload)
             elif kind == "positions":
                 runner.passed(payload)
+            elif kind == "ends":
+                for key, high in payload.items():
+                    if (part := runner.parts.get(key)) is not None:
+                        part.high_watermark = high
             else:  # revoke
                 keys, result = payload
                 chain(asyncio.ensure_future(runner.revoke(keys)), result)
@@ -241,11 +245,8 @@ class SourceThread:
 
     def _run_commands(self, consumer: ConsumerLike) -> bool:
         """Execute queued commands; True once the client has been closed."""
-        while True:
-            try:
-                verb, arg = self._commands.get_nowait()
-            except queue.Empty:
-                return self._closed
+        while (command := self._commands.next()) is not None:
+            verb, arg = command
             if verb == "commit":
                 current = [o for o, part in arg if self.assigned.get((o[0], o[1])) is part]
                 self._commit(consumer, current, asynchronous=True)
@@ -264,6 +265,7 @@ class SourceThread:
                 consumer.close()
                 self._closed = True
                 return True
+        return self._closed
 
     def _commit(
         self, consumer: ConsumerLike, offsets: list[CommitOffset], asynchronous: bool
@@ -297,10 +299,11 @@ class SourceThread:
         """Each partition's end, and the client's positions: posted behind the batches already
         posted, so the runner sees a position only once it has every record below it. Then
         the liveness watch (``held``: the loop cannot take a batch now, not a stall)."""
-        for key, part in list(self.assigned.items()):
-            high = consumer.high_watermark(key)
-            if high >= 0:
-                part.high_watermark = high
+        ends = {key: consumer.high_watermark(key) for key in list(self.assigned)}
+        moved_ends = {k: v for k, v in ends.items() if v >= 0 and self._ends.get(k) != v}
+        if moved_ends:  # the loop writes them: a partition's fields have one writer
+            self._ends.update(moved_ends)
+            self._post(("ends", moved_ends))
         if not (self.assigned and self._intake_open):
             return
         positions = consumer.positions(list(self.assigned))
@@ -308,7 +311,9 @@ class SourceThread:
         if moved:
             self._positions.update(moved)
             self._post(("positions", moved))
-        self.stalls.check(consumer, self.name, self.assigned, positions, self._pauses.paused, held)
+        self.stalls.check(
+            consumer, self.name, self.assigned, positions, self._ends, self._pauses.paused, held
+        )
 
     # ------------------------------------------------------------ rebalance callbacks
 
@@ -330,7 +335,6 @@ class SourceThread:
         log.info(
             "workload %s: assigned %s", self.name, [f"{p.topic}[{p.partition}]" for p in parts]
         )
-        assert self._runner is not None
         if self._watch is not None:
             self._watch.learn({topic for topic, _ in keys})
         # Blocking work (landing's topic ids and file clean-up) before any record is read.
@@ -367,7 +371,6 @@ class SourceThread:
             # Shutdown already drained and committed everything before close().
             self._forget(keys)
             return
-        assert self._runner is not None
         future: concurrent.futures.Future[list[CommitOffset]] = concurrent.futures.Future()
         self._post(("revoke", (keys, future)))
         try:
@@ -387,4 +390,5 @@ class SourceThread:
         for key in keys:
             self.assigned.pop(key, None)
             self._positions.pop(key, None)
+            self._ends.pop(key, None)
             self.stalls.forget(key)

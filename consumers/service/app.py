@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from consumers.backends.base import ConsumerFactory, Identify, Position, ProducerFactory
 from consumers.clock import Clock, RealClock, first_of
+from consumers.engine.commands import SourceCommands
 from consumers.engine.incarnations import IncarnationWatch
 from consumers.engine.producer import AckedProducer
 from consumers.engine.runner import WorkloadRunner
@@ -149,23 +150,9 @@ class ConsumerApp:
         return [self._summary(name, seconds) for name in self.runners]
 
     def _start(self, workload: Workload, loop: asyncio.AbstractEventLoop) -> None:
+        """Build one workload's parts in dependency order: the channel of commands to the
+        client, the runner that sends them, the source thread that applies them."""
         name = workload.settings.name
-        source = SourceThread(
-            name,
-            workload.topics,
-            workload.consumer_factory,
-            loop,
-            drain_timeout=workload.settings.drain_timeout,
-            stall_after=workload.settings.stall_after,
-            # Smaller buffers mean smaller polls, so a pause overshoots by little.
-            batch_size=min(5000, workload.settings.buffer_limit),
-            clock=self.clock,
-            watch=(
-                IncarnationWatch(name, workload.incarnations)
-                if workload.incarnations is not None
-                else None
-            ),
-        )
         settings = workload.settings
         producer = None
         if settings.output_topic or settings.dead_letter:
@@ -174,11 +161,12 @@ class ConsumerApp:
                     f"workload {name!r} has outputs or dead letters: give it a producer"
                 )
             producer = self.producers[name] = AckedProducer(name, workload.producer_factory, loop)
+        commands = SourceCommands()
         runner = WorkloadRunner(
             settings,
             workload.handler,
             self.pools[workload.pool],
-            source,
+            commands,
             self.clock,
             producer=producer,
             tap=self.tap,
@@ -186,7 +174,24 @@ class ConsumerApp:
             identify=workload.identify,
             position=workload.position,
         )
-        source.attach(runner)
+        source = SourceThread(
+            name,
+            workload.topics,
+            workload.consumer_factory,
+            loop,
+            drain_timeout=settings.drain_timeout,
+            stall_after=settings.stall_after,
+            # Smaller buffers mean smaller polls, so a pause overshoots by little.
+            batch_size=min(5000, settings.buffer_limit),
+            clock=self.clock,
+            watch=(
+                IncarnationWatch(name, workload.incarnations)
+                if workload.incarnations is not None
+                else None
+            ),
+            runner=runner,
+            commands=commands,
+        )
         self.sources[name] = source
         self.runners[name] = runner
         runner.start()

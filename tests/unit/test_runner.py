@@ -17,6 +17,7 @@ import pytest_asyncio
 from consumers.backends.base import CommitOffset, PartitionKey
 from consumers.backends.metadata import decode_done, encode_done
 from consumers.clock import ManualClock
+from consumers.engine.commands import PlannedCommit
 from consumers.engine.partition import PartitionState
 from consumers.engine.resolution import RetryPolicy
 from consumers.engine.runner import WorkloadRunner
@@ -76,8 +77,8 @@ class FakeControl:
         self.pauses: list[list[PartitionKey]] = []
         self.resumes: list[list[PartitionKey]] = []
 
-    def commit(self, offsets: list[CommitOffset], asynchronous: bool) -> None:
-        self.commits.append((list(offsets), asynchronous))
+    def commit(self, planned: list[PlannedCommit], asynchronous: bool) -> None:
+        self.commits.append(([offset for offset, _ in planned], asynchronous))
 
     def pause(self, parts: list[PartitionKey]) -> None:
         self.pauses.append(list(parts))

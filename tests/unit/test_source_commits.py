@@ -24,8 +24,8 @@ from consumers.backends.base import (
     Rebalance,
 )
 from consumers.backends.memory import MemoryBroker, MemoryConsumer
+from consumers.engine.commands import PlannedCommit, SourceCommands
 from consumers.engine.settings import RunnerSettings
-from consumers.engine.source import SourceThread
 from consumers.errors import BrokerError, FinalCommitFailed
 from consumers.record import Record
 from consumers.service.app import ConsumerApp, Workload
@@ -115,14 +115,14 @@ def test_a_commit_queued_before_a_fast_reassignment_never_moves_the_position_bac
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     commit_queued = threading.Event()
-    queue_commit = SourceThread.commit
+    queue_commit = SourceCommands.commit
 
-    def queued(self: SourceThread, offsets: list[CommitOffset], asynchronous: bool) -> None:
-        queue_commit(self, offsets, asynchronous)
-        if any(offset == RECORDS for _, _, offset, _ in offsets):
+    def queued(self: SourceCommands, planned: list[PlannedCommit], asynchronous: bool) -> None:
+        queue_commit(self, planned, asynchronous)
+        if any(offset == RECORDS for (_, _, offset, _), _ in planned):
             commit_queued.set()
 
-    monkeypatch.setattr(SourceThread, "commit", queued)
+    monkeypatch.setattr(SourceCommands, "commit", queued)
     consumer = ReassignedAtOnce(commit_queued)
 
     def factory(on_commit: CommitResult) -> ReassignedAtOnce:
