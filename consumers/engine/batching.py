@@ -97,6 +97,6 @@ class BatchCalls:
                 if tap is not None:
                     tap.handled(self._name, rec, outcome, error)
                 if held:  # later records of this lane go back behind the held one, in order
-                    lane.queue.extendleft(reversed(recs[i + 1 :]))
+                    self._ready.put_back(lane, recs[i + 1 :])
             if not held:
                 self._ready.release(lane)

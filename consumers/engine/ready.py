@@ -100,6 +100,17 @@ class ReadyLanes:
         elif not lane.queue and part.lanes.get(lane.lane_id) is lane:
             del part.lanes[lane.lane_id]
 
+    def put_back(self, lane: Lane, records: list[Record]) -> None:
+        """Records taken in a batch that did not run, because an earlier one of their lane was
+        held (a retry): they go back to the front of the lane, in order, behind the held one."""
+        lane.queue.extendleft(reversed(records))
+
+    def close(self, part: PartitionState) -> None:
+        """``part`` is being revoked: its queued records are dropped (the next owner reads
+        them again); lanes still in the queue are skipped when taken (``part.closing``)."""
+        part.closing = True
+        part.lanes.clear()
+
     def requeue(self, lane: Lane, rec: Record) -> None:
         """A retry is due: the record goes back to the front of its lane, the lane to the front
         of the queue (its key has waited long enough)."""

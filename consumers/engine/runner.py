@@ -211,8 +211,7 @@ class WorkloadRunner:
         """
         parts = [self.parts[k] for k in keys if k in self.parts]
         for part in parts:
-            part.closing = True
-            part.lanes.clear()
+            self._ready.close(part)
         # Outputs, dead letters and rows not yet landed would be redone by the next owner.
         drained = await self._settle(
             lambda: (
