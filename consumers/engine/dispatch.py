@@ -173,13 +173,12 @@ class Dispatch:
                 worker.record = None
                 part.in_flight -= 1
                 held = False
-                if not late(rec):
-                    if outcome is None and error is None and immediate:
-                        settle(rec)  # plain success: the hot path
-                    else:
-                        held = self._resolver.resolve(lane, rec, outcome, error)
-                    if tap is not None:
-                        tap.handled(name, rec, outcome, error)
+                if outcome is None and error is None and immediate:
+                    handled = settle(rec)  # plain success: the hot path, one call
+                elif handled := not late(rec):
+                    held = self._resolver.resolve(lane, rec, outcome, error)
+                if handled and tap is not None:
+                    tap.handled(name, rec, outcome, error)
                 if not held:  # a retry or a parked record keeps its lane busy: its key waits
                     release(lane)
                     if suspect is not None:

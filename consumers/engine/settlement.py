@@ -55,17 +55,19 @@ class Settlement:
     def late(self, rec: Record) -> bool:
         """True, counting a late completion, when ``rec``'s partition was revoked: its result is
         dropped (the partition's next owner handles the record again)."""
-        if self._owned(rec) is not None:
+        part = rec._part  # _owned, inlined: every result passes here
+        if part is not None and not part.revoked:
             return False
         self._counters.late_completions += 1
         return True
 
-    def settle(self, rec: Record) -> None:
-        """``rec``'s outcome is durable: it may be committed past."""
-        part = self._owned(rec)
-        if part is None:
+    def settle(self, rec: Record) -> bool:
+        """``rec``'s outcome is durable: it may be committed past. False, counted late, when
+        its partition was revoked meanwhile (one call on the hot path: no :meth:`late` first)."""
+        part = rec._part  # _owned, inlined
+        if part is None or part.revoked:
             self._counters.late_completions += 1
-            return
+            return False
         advanced = part.tracker.complete(rec, self._now())
         self._counters.completed += 1
         if advanced:
@@ -75,3 +77,4 @@ class Settlement:
                 self._resume_if_drained(part)
         if self._progress is not None:
             self._progress.set()
+        return True

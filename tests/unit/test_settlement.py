@@ -43,7 +43,7 @@ class Parts:
 
 async def test_settling_moves_the_watermark_over_contiguous_records_only() -> None:
     parts = Parts(3)
-    parts.settlement.settle(parts.records[1])
+    assert parts.settlement.settle(parts.records[1])
     assert parts.part.tracker.position == 0  # offset 0 still pending: the watermark waits
     parts.settlement.settle(parts.records[0])
     assert parts.part.tracker.position == 2
@@ -55,7 +55,7 @@ async def test_a_record_of_a_revoked_partition_is_counted_late_and_moves_nothing
     parts.part.revoked = True
     assert not parts.settlement.owns(parts.records[0])
     assert parts.settlement.late(parts.records[0])
-    parts.settlement.settle(parts.records[0])
+    assert not parts.settlement.settle(parts.records[0])
     assert parts.counters.late_completions == 2 and parts.counters.completed == 0
     assert parts.part.tracker.position == 0
 
