@@ -135,6 +135,10 @@ class SourceThread:
     def start(self) -> None:
         self._thread.start()
 
+    def paused_at_client(self, key: PartitionKey) -> bool:
+        """Whether the client was told to pause ``key`` (read from any thread)."""
+        return key in self._pauses.paused
+
     async def stop(self) -> None:
         """Graceful stop: no more intake, drain the runner, final synchronous commit, close."""
         if self._closed:

@@ -90,6 +90,8 @@ class PartitionSnapshot:
     #: How long it has had records behind its client position and delivered none (the
     #: liveness watch); None while it moves, is paused by the engine or has nothing behind.
     stalled_seconds: float | None = None
+    #: The client was told to pause it (a full buffer, or landing that fails): it fetches none.
+    paused: bool = False
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,7 @@ def workload_snapshot(app: ConsumerApp, name: str, now: float) -> WorkloadSnapsh
                 pinned_key=head.key if head is not None else None,
                 pinned_seconds=max(now - tracker.pinned_since, 0.0) if head is not None else None,
                 stalled_seconds=source.stalls.stalled_for((part.topic, part.partition), now),
+                paused=source.paused_at_client((part.topic, part.partition)),
             )
         )
     return WorkloadSnapshot(
@@ -219,6 +222,11 @@ class EngineCollector(Collector):
             "How long the record at the commit position has held the watermark.",
             labels=[*part_labels, "offset", "key"],
         )
+        paused = GaugeMetricFamily(
+            "lanehouse_partition_paused",
+            "1 while the client is told to pause the partition (full buffer, landing failing).",
+            labels=part_labels,
+        )
         stalled = GaugeMetricFamily(
             "lanehouse_partition_stalled_seconds",
             "How long a partition not paused by the engine has had records behind its position "
@@ -244,6 +252,7 @@ class EngineCollector(Collector):
             for part in snap.partitions:
                 labels = [name, part.topic, str(part.partition)]
                 buffered.add_metric(labels, part.buffered)
+                paused.add_metric(labels, int(part.paused))
                 if part.lag is not None:
                     lag.add_metric(labels, part.lag)
                 if part.stalled_seconds is not None:
@@ -277,6 +286,7 @@ class EngineCollector(Collector):
             abandoned,
             lag,
             buffered,
+            paused,
             pinned,
             stalled,
             pool_size,

@@ -4,7 +4,9 @@ read back per incarnation (``_topic_id``)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from confluent_kafka.admin import AdminClient
 from consumers.backends.kafka import committed_offsets, log_end_offsets
 from consumers.dev.embedded.tansu import TansuBroker, create_topic
 from consumers.dev.sample import produce_sample
-from tests.helpers import wait_until
+from tests.helpers import free_port, wait_until
 from tests.integration.processes import finish, lines, start_consumer, write_spec
 from tests.landing import landed
 from tests.reliability.faults import SOAK, fill
@@ -115,12 +117,35 @@ def test_a_topic_recreated_under_a_live_client_is_fenced(
         drain_timeout="1s",
     )
     before = tmp_path / "before.txt"
-    proc = start_consumer(spec, before, 0.0, "--log-level", "INFO", env={"LH_HANG_FROM": "300"})
+    port = free_port()
+    proc = start_consumer(
+        spec,
+        before,
+        0.0,
+        "--log-level",
+        "INFO",
+        "--metrics-port",
+        str(port),
+        env={"LH_HANG_FROM": "300"},
+    )
 
     def committed() -> dict[int, int]:
         return committed_offsets(kafka_broker.bootstrap, group, topic, 2)
 
+    def paused() -> set[str]:
+        """Partitions the client was told to pause (a CI run once deleted the topic while one
+        still fetched: committed 300 can come before the 400th record fills the buffer)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
+                text = reply.read().decode()
+        except OSError:
+            return set()
+        return set(
+            re.findall(r'^lanehouse_partition_paused\{.*partition="(\d+)".*\} 1\.0$', text, re.M)
+        )
+
     wait_until(lambda: committed() == {0: 300, 1: 300}, timeout=60, message="pinned at 300")
+    wait_until(lambda: paused() == {"0", "1"}, timeout=60, message="both partitions paused")
     admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
     admin.delete_topics([topic])[topic].result(timeout=30)
     create_topic(kafka_broker.bootstrap, topic, 2)
