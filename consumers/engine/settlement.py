@@ -43,19 +43,15 @@ class Settlement:
         self._progress = progress
 
     @staticmethod
-    def _owned(rec: Record) -> PartitionState | None:
-        """``rec``'s partition while it is still this runner's (not revoked since the read)."""
+    def owns(rec: Record) -> bool:
+        """Whether ``rec``'s partition is still this runner's (not revoked since the read)."""
         part = rec._part
-        return part if part is not None and not part.revoked else None
-
-    def owns(self, rec: Record) -> bool:
-        """Whether ``rec``'s partition is still this runner's."""
-        return self._owned(rec) is not None
+        return part is not None and not part.revoked
 
     def late(self, rec: Record) -> bool:
         """True, counting a late completion, when ``rec``'s partition was revoked: its result is
         dropped (the partition's next owner handles the record again)."""
-        part = rec._part  # _owned, inlined: every result passes here
+        part = rec._part  # owns(), inlined: every result passes here
         if part is not None and not part.revoked:
             return False
         self._counters.late_completions += 1
@@ -64,7 +60,7 @@ class Settlement:
     def settle(self, rec: Record) -> bool:
         """``rec``'s outcome is durable: it may be committed past. False, counted late, when
         its partition was revoked meanwhile (one call on the hot path: no :meth:`late` first)."""
-        part = rec._part  # _owned, inlined
+        part = rec._part  # owns(), inlined
         if part is None or part.revoked:
             self._counters.late_completions += 1
             return False

@@ -5,6 +5,7 @@ test_new_project.py.)"""
 
 from __future__ import annotations
 
+import re
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -114,10 +115,11 @@ def test_places_not_given_come_from_the_environment(
 def test_a_bad_place_fails_naming_it(tmp_path: Path, given: dict[str, object], said: str) -> None:
     from orchestration.platform import lanehouse_definitions
 
-    arguments: dict[str, object] = {"workloads": workloads(tmp_path), **given}
-    if given.get("workloads") == "missing":
-        arguments["workloads"] = tmp_path / "missing"
-    with pytest.raises(ValueError, match=said.replace("(", r"\(").replace(")", r"\)")):
+    workloads(tmp_path)
+    # Relative places are read from the test's tmp_path: "missing" is not there.
+    arguments: dict[str, object] = {"workloads": tmp_path / "workloads", **given}
+    arguments["workloads"] = tmp_path / str(arguments["workloads"])
+    with pytest.raises(ValueError, match=re.escape(said)):
         lanehouse_definitions(**arguments)  # type: ignore[arg-type]
 
 
