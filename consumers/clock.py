@@ -20,10 +20,12 @@ class Clock(Protocol):
 
 
 class RealClock:
-    """Wall-clock monotonic time; sleeps on the running event loop."""
+    """Wall-clock monotonic time; sleeps on the running event loop.
 
-    def now(self) -> float:
-        return time.monotonic()
+    ``now`` is :func:`time.monotonic` itself, not a method around it: the engine reads the
+    clock twice a record, and a Python frame each time cost ~3% of the no-op path."""
+
+    now: Callable[[], float] = staticmethod(time.monotonic)
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)

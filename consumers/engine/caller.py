@@ -16,7 +16,7 @@ import asyncio
 import logging
 import math
 import os
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from time import perf_counter
 from typing import Any
@@ -142,25 +142,42 @@ class HandlerCaller:
                     worker.started = math.inf
                     call.on_start = partial(self._restart_timer, worker)
                 result = await call.future
-        except asyncio.CancelledError:
-            if not worker.timed_out:
-                raise
-            worker.clear_timeout()
-            reason = f"timed out after {self._timeout:g}s"
-            error: HandlerError = HandlerTimeout(*self._where(first), reason)
-            self.fail(first, error)  # counted now, even while an abandoned thread runs on
-            if call is not None and self._pool is not None:
+        except BaseException as exc:  # everything user code raises: see the module docstring
+            error = self.failure(worker, first, exc)
+            if isinstance(error, HandlerTimeout) and call is not None and self._pool is not None:
                 worker.record = None
                 # A thread gets as long again to return; a worker process is killed at once.
                 await self._pool.abandon(call, partial(self._clock.sleep, self._timeout))
             return None, error
-        except BaseException as exc:  # everything user code raises: see the module docstring
-            if worker.timed_out:
-                worker.clear_timeout()
-            return None, self.error(first, exc)
         if worker.timed_out:  # the handler swallowed the cancellation and returned
             worker.clear_timeout()
         return result, None
+
+    @property
+    def direct(self) -> Callable[[Record], Awaitable[Any]] | None:
+        """The handler itself when a worker may await it with nothing around it (an ``async
+        def`` without interceptors), so a record costs one coroutine, not two; else None. The
+        worker then turns what it raises into a result with :meth:`failure`."""
+        if self._async and not self._interceptors:
+            return self._handler
+        return None
+
+    def failure(self, worker: Worker, rec: Record, exc: BaseException) -> HandlerError:
+        """What ``exc``, raised by the handler on ``rec``, means: a timeout when the watchdog
+        cancelled the call, else a failed attempt (counted, logged). The engine's own
+        cancellation is not the record's fault: it is raised again."""
+        if isinstance(exc, asyncio.CancelledError):
+            if not worker.timed_out:
+                raise exc
+            worker.clear_timeout()
+            error: HandlerError = HandlerTimeout(
+                *self._where(rec), f"timed out after {self._timeout:g}s"
+            )
+            self.fail(rec, error)  # counted now, even while an abandoned thread runs on
+            return error
+        if worker.timed_out:
+            worker.clear_timeout()
+        return self.error(rec, exc)
 
     def _restart_timer(self, worker: Worker) -> None:
         worker.started = self._clock.now()

@@ -37,7 +37,6 @@ class CommitPlanner:
             if only_changed and self._last.get(key) == (position, metadata):
                 continue
             self._last[key] = (position, metadata)
-            part.tracker.committed = position
             offsets.append((part.topic, part.partition, position, metadata))
         return offsets
 

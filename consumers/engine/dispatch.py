@@ -146,7 +146,7 @@ class Dispatch:
         immediate = self._resolver.immediate
         tap = self._tap
         name = self._settings.name
-        call = self._caller.call
+        call, direct, failure = self._caller.call, self._caller.direct, self._caller.failure
         late, settle = self._settlement.late, self._settlement.settle
         progress = self._progress
         should_yield, permits = self._pool.should_yield, self.permits
@@ -165,7 +165,15 @@ class Dispatch:
                 worker.record = rec
                 worker.started = now()
                 suspect = part.suspect
-                if suspect is None:
+                if suspect is None and direct is not None:  # async def, nothing around it
+                    try:
+                        outcome, error = await direct(rec), None
+                    except BaseException as exc:  # user code: a result, never a crash
+                        outcome, error = None, failure(worker, rec, exc)
+                    else:
+                        if worker.timed_out:  # it swallowed the watchdog's cancel and returned
+                            worker.clear_timeout()
+                elif suspect is None:
                     outcome, error = await call(worker, rec)
                 else:
                     assert self._isolation is not None  # only an isolating runner has suspects

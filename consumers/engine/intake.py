@@ -55,17 +55,16 @@ class Intake:
 
     def file(self, messages: list[MessageLike], now: float) -> list[Record]:
         """File ``messages``; returns the records a previous owner already completed (their
-        offsets were in the commit metadata), for the caller to complete without a call."""
+        offsets were in the commit metadata), for the caller to complete without a call.
+
+        A poll holds runs of one partition's messages; each run is read into records in one
+        loop, then tracked and filed whole (:meth:`_file_run`), not a call per record."""
         parts = self._parts
-        route = self._route
-        ordered = self._ordered
-        file = self._ready.file
         counters = self._counters
-        sequenced = self._sequenced
         skipped: list[Record] = []
+        run: list[Record] = []
         part: PartitionState | None = None
-        tracker = None
-        consumed = 0
+        last = -1
         for msg in messages:
             if msg.error() is not None:
                 counters.client_errors += 1
@@ -75,52 +74,72 @@ class Intake:
             partition = msg.partition()
             if part is None or part.partition != partition or part.topic != topic:
                 if part is not None:
-                    self.pause_if_full(part)  # once per run of a partition, not per record
+                    self._file_run(part, run, now, skipped)
+                    run = []
                 part = parts.get((topic, partition))  # type: ignore[arg-type]
-                tracker = part.tracker if part is not None else None
+                if part is not None:
+                    delivered = part.tracker.last_delivered
+                    last = -1 if delivered is None else delivered
             if part is None or part.closing:
                 counters.dropped_unassigned += 1
                 continue
-            assert tracker is not None
             offset: int = msg.offset()  # type: ignore[assignment]
-            last = tracker.last_delivered
-            if last is not None and offset <= last:
+            if offset <= last:
                 # The client went back (a seek or an offset reset): this record was delivered
                 # before and is already tracked, so a second copy could only double-count.
                 counters.redelivered += 1
                 continue
-            key = msg.key()
+            last = offset
             rec = Record(
                 part.topic,
                 part.partition,
                 offset,
-                key,
+                msg.key(),
                 msg.value(),
                 msg.headers(),
                 msg.timestamp()[1],
             )
             rec._part = part
-            tracker.deliver(rec, now)
-            if sequenced:
-                part.emit.append(rec)
-            consumed += 1
-            if part.skip and offset in part.skip:
-                part.skip.discard(offset)
-                counters.skipped += 1
+            run.append(rec)
+        if part is not None:
+            self._file_run(part, run, now, skipped)
+        return skipped
+
+    def _file_run(
+        self, part: PartitionState, run: list[Record], now: float, skipped: list[Record]
+    ) -> None:
+        """Track and file one partition's new records (in offset order), then pause the
+        partition if its buffer is full: once per run, not per record."""
+        if run:
+            part.tracker.deliver(run, now)
+            if self._sequenced:
+                part.emit.extend(run)
+            self._counters.consumed += len(run)
+            if part.skip or part.suspect is not None:
+                self._file_one_by_one(part, run, skipped)
+            else:
+                self._ready.file_run(part, run, self._route, self._ordered)
+        self.pause_if_full(part)
+
+    def _file_one_by_one(
+        self, part: PartitionState, run: list[Record], skipped: list[Record]
+    ) -> None:
+        """The rare run: offsets a previous owner completed, or a suspect window."""
+        file, route, ordered = self._ready.file, self._route, self._ordered
+        for rec in run:
+            if part.skip and rec.offset in part.skip:
+                part.skip.discard(rec.offset)
+                self._counters.skipped += 1
                 skipped.append(rec)
                 continue
             suspect = part.suspect
             if suspect is not None:  # earlier holders died: one at a time, then the rest
-                if suspect.admits(offset):
+                if suspect.admits(rec.offset):
                     file(part, SUSPECT_LANE, True, rec)
                 else:
                     suspect.later.append(rec)
                 continue
-            file(part, route(key), ordered, rec)
-        counters.consumed += consumed
-        if part is not None:
-            self.pause_if_full(part)
-        return skipped
+            file(part, route(rec.key), ordered, rec)
 
     def end_window(self, part: PartitionState) -> None:
         """A suspect window's last record is done (none of it runs or waits): the partition
@@ -140,9 +159,14 @@ class Intake:
             part.paused = True
             self._pause([key])
 
+    @property
+    def resume_at(self) -> int:
+        """A paused partition resumes once its tracker holds this many records or fewer."""
+        return self._limit // 2
+
     def resume_if_drained(self, part: PartitionState) -> None:
         key = (part.topic, part.partition)
-        if part.paused and len(part.tracker) <= self._limit // 2 and key not in self._held:
+        if part.paused and len(part.tracker) <= self.resume_at and key not in self._held:
             part.paused = False
             self._resume([key])
 

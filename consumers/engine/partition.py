@@ -75,20 +75,29 @@ class PartitionState:
         return f"PartitionState({self.topic}[{self.partition}])"
 
 
-class LaneQueue:
-    """A lane's FIFO: the head record in a slot, a deque only behind it.
+class Lane:
+    """A key's FIFO of records waiting to run; ``ordered`` lanes run one record at a time.
 
-    Most lanes of a key-ordered workload hold one record (a key's next record arrives after the
-    previous one ran). A deque costs ~620 bytes even when empty, so with many distinct keys in
-    the buffer (1M keys: ~60,000 lanes at once) the deques alone were ~40 MB; a slot is 8 bytes.
-    The subset of ``deque``'s API the engine uses; ``head is None`` means empty.
+    The lane is its own queue: the head record in a slot, a deque only behind it. Most lanes of
+    a key-ordered workload hold one record (a key's next record arrives after the previous one
+    ran); a deque costs ~620 bytes even when empty, so with many distinct keys in the buffer
+    (1M keys: ~60,000 lanes at once) deques alone were ~40 MB, a slot is 8 bytes. ``head is
+    None`` means empty, which the ready queue reads without a call. State changes happen in
+    :mod:`consumers.engine.ready` only.
     """
 
-    __slots__ = ("head", "rest")
+    __slots__ = ("busy", "head", "lane_id", "ordered", "part", "ready", "rest")
 
-    def __init__(self) -> None:
+    def __init__(self, lane_id: Hashable, part: PartitionState, ordered: bool) -> None:
+        self.lane_id = lane_id
+        self.part = part
+        self.ordered = ordered
         self.head: Record | None = None
         self.rest: deque[Record] | None = None
+        #: A record of this lane is running (ordered lanes only).
+        self.busy = False
+        #: The lane sits in the workload's ready queue.
+        self.ready = False
 
     def append(self, rec: Record) -> None:
         if self.head is None:
@@ -121,22 +130,3 @@ class LaneQueue:
         if self.head is None:
             return 0
         return 1 + len(self.rest) if self.rest else 1
-
-    def __bool__(self) -> bool:
-        return self.head is not None
-
-
-class Lane:
-    """A FIFO of records waiting to run; ``ordered`` lanes run one record at a time."""
-
-    __slots__ = ("busy", "lane_id", "ordered", "part", "queue", "ready")
-
-    def __init__(self, lane_id: Hashable, part: PartitionState, ordered: bool) -> None:
-        self.lane_id = lane_id
-        self.part = part
-        self.ordered = ordered
-        self.queue = LaneQueue()
-        #: A record of this lane is running (ordered lanes only).
-        self.busy = False
-        #: The lane sits in the workload's ready queue.
-        self.ready = False

@@ -117,6 +117,7 @@ class WorkloadRunner:
             self._commits,
             self._commit_now,
             self._intake.resume_if_drained,
+            self._intake.resume_at,
             # a drain may wait for acknowledgements or landed files
             progress=self._progress if producer is not None or self.landing is not None else None,
         )

@@ -32,6 +32,7 @@ class Settlement:
         commits: CommitPlanner,
         commit_now: asyncio.Event,
         resume_if_drained: Callable[[PartitionState], None],
+        resume_at: int,
         progress: asyncio.Event | None = None,
     ) -> None:
         self._counters = counters
@@ -39,6 +40,8 @@ class Settlement:
         self._commits = commits
         self._commit_now = commit_now
         self._resume_if_drained = resume_if_drained
+        #: Below this a paused partition may resume (the intake's rule; asked only then).
+        self._resume_at = resume_at
         #: Set on every settle when a drain may wait for it (acknowledgements, landed files).
         self._progress = progress
 
@@ -69,7 +72,7 @@ class Settlement:
         if advanced:
             if self._commits.advanced(advanced):
                 self._commit_now.set()
-            if part.paused:
+            if part.paused and len(part.tracker) <= self._resume_at:
                 self._resume_if_drained(part)
         if self._progress is not None:
             self._progress.set()

@@ -22,13 +22,13 @@ from consumers.record import Record
 class OffsetTracker:
     """Delivered-but-uncommitted records of one partition, in offset order."""
 
-    __slots__ = ("_pending", "beyond", "committed", "last_delivered", "pinned_since", "released")
+    __slots__ = ("_done_ahead", "_pending", "beyond", "last_delivered", "pinned_since", "released")
 
     def __init__(self) -> None:
         self._pending: deque[Record] = deque()
+        #: Completed records behind an incomplete head (what the commit metadata lists).
+        self._done_ahead = 0
         self.last_delivered: int | None = None
-        #: The position last committed to the broker (None before the first commit).
-        self.committed: int | None = None
         #: Records that left the queue (complete and below the watermark), ever.
         self.released = 0
         #: Clock reading when the current head record became the head.
@@ -37,32 +37,39 @@ class OffsetTracker:
         #: marker after the last record): the watermark once everything delivered is done.
         self.beyond: int | None = None
 
-    def deliver(self, record: Record, now: float) -> None:
-        """Track a record in offset order (the source delivers each partition in order)."""
+    def deliver(self, records: list[Record], now: float) -> None:
+        """Track a run of new records, in increasing offset order (the intake drops a
+        redelivered offset before it gets here), after every record delivered so far."""
+        if not records:
+            return
+        first = records[0].offset
         last = self.last_delivered
-        if last is not None and record.offset <= last:
+        if last is not None and first <= last:
             raise ValueError(
-                f"offset {record.offset} delivered after {last} on {record.topic}"
-                f"[{record.partition}]: a partition must be delivered in offset order"
+                f"offset {first} delivered after {last} on {records[0].topic}"
+                f"[{records[0].partition}]: a partition must be delivered in offset order"
             )
         if not self._pending:
             self.pinned_since = now
         beyond = self.beyond
-        if beyond is not None and record.offset < beyond:
+        if beyond is not None and first < beyond:
             self.beyond = None  # the client went back: its old position no longer holds
-        self._pending.append(record)
-        self.last_delivered = record.offset
+        self._pending.extend(records)
+        self.last_delivered = records[-1].offset
 
     def complete(self, record: Record, now: float) -> int:
         """Mark ``record`` done; return how many records the watermark advanced past."""
         record._done = True
         pending = self._pending
         if pending[0] is not record:
+            self._done_ahead += 1
             return 0
-        advanced = 0
+        pending.popleft()
+        advanced = 1
         while pending and pending[0]._done:
             pending.popleft()
             advanced += 1
+        self._done_ahead -= advanced - 1
         self.released += advanced
         self.pinned_since = now
         return advanced
@@ -98,11 +105,15 @@ class OffsetTracker:
         return len(self._pending)
 
     def done_above(self) -> list[int]:
-        """Completed offsets above the watermark (what a restart could skip)."""
+        """Completed offsets above the watermark (what a restart could skip); no scan of the
+        buffer when there are none, the usual case of a commit."""
+        if not self._done_ahead:
+            return []
         return [r.offset for r in self._pending if r._done]
 
     def drop_all(self) -> list[Record]:
         """Forget every pending record (partition revoked); returns them for accounting."""
         dropped = list(self._pending)
         self._pending.clear()
+        self._done_ahead = 0
         return dropped

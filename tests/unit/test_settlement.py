@@ -21,12 +21,14 @@ pytestmark = pytest.mark.unit
 class Parts:
     """One partition with records 0..n delivered, and what settling them asked for."""
 
-    def __init__(self, records: int, commit_every: int = 100, progress: bool = False) -> None:
+    def __init__(
+        self, records: int, commit_every: int = 100, progress: bool = False, resume_at: int = 10
+    ) -> None:
         self.part = PartitionState("t", 0)
         self.records = [Record("t", 0, offset, None, b"") for offset in range(records)]
         for rec in self.records:
             rec._part = self.part
-            self.part.tracker.deliver(rec, 0.0)
+            self.part.tracker.deliver([rec], 0.0)
         self.counters = WorkloadCounters()
         self.commit_now = asyncio.Event()
         self.progress = asyncio.Event() if progress else None
@@ -37,6 +39,7 @@ class Parts:
             CommitPlanner(commit_every),
             self.commit_now,
             self.resumed.append,
+            resume_at,
             progress=self.progress,
         )
 
@@ -81,6 +84,16 @@ async def test_a_paused_partition_is_offered_for_resume_when_its_watermark_moves
     parts.settlement.settle(parts.records[1])  # above a pending record: nothing moved
     assert parts.resumed == []
     parts.settlement.settle(parts.records[0])
+    assert parts.resumed == [parts.part]
+
+
+async def test_a_paused_partition_is_offered_for_resume_only_once_drained_enough() -> None:
+    parts = Parts(4, resume_at=1)
+    parts.part.paused = True
+    parts.settlement.settle(parts.records[0])  # 3 records left: above the resume mark
+    parts.settlement.settle(parts.records[1])  # 2 left
+    assert parts.resumed == []
+    parts.settlement.settle(parts.records[2])  # 1 left: at the mark
     assert parts.resumed == [parts.part]
 
 

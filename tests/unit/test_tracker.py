@@ -59,7 +59,7 @@ def test_position_is_the_first_incomplete_delivered_record(
     records = []
     for offset in offsets:
         rec = _record(offset)
-        tracker.deliver(rec, now=0.0)
+        tracker.deliver([rec], now=0.0)
         records.append(rec)
     assert tracker.position == offsets[0]
 
@@ -101,10 +101,10 @@ def test_delivering_a_non_increasing_offset_raises(offsets: list[int], back: int
     offsets = sorted(offsets)
     tracker = OffsetTracker()
     for offset in offsets:
-        tracker.deliver(_record(offset), now=0.0)
+        tracker.deliver([_record(offset)], now=0.0)
     bad = offsets[-1] - back
     with pytest.raises(ValueError, match="offset order"):
-        tracker.deliver(_record(bad), now=0.0)
+        tracker.deliver([_record(bad)], now=0.0)
     # The rejected record was not tracked.
     assert tracker.last_delivered == offsets[-1]
     assert len(tracker) == len(offsets)
@@ -114,7 +114,7 @@ def test_a_client_position_past_the_last_record_is_the_position_once_all_is_done
     tracker = OffsetTracker()
     records = [_record(o) for o in (3, 4)]
     for rec in records:
-        tracker.deliver(rec, now=0.0)
+        tracker.deliver([rec], now=0.0)
     tracker.passed(6)  # offset 5 is a transaction marker the client read over
     assert tracker.position == 3  # a delivered record is still running: it pins the watermark
     tracker.complete(records[0], now=0.0)
@@ -122,7 +122,7 @@ def test_a_client_position_past_the_last_record_is_the_position_once_all_is_done
     assert tracker.position == 6
     tracker.passed(5)  # the client's position right after the last record says nothing new
     assert tracker.position == 6
-    tracker.deliver(_record(6), now=0.0)
+    tracker.deliver([_record(6)], now=0.0)
     assert tracker.position == 6
 
 
@@ -131,7 +131,7 @@ def test_a_position_is_kept_before_any_record_and_forgotten_when_the_client_goes
     tracker.passed(9)  # only markers so far
     assert tracker.position == 9
     back = _record(7)  # the client went back (a seek): its old position no longer holds
-    tracker.deliver(back, now=0.0)
+    tracker.deliver([back], now=0.0)
     tracker.complete(back, now=0.0)
     assert tracker.position == 8
 
@@ -140,7 +140,7 @@ def test_drop_all_forgets_pending_records_without_releasing_them() -> None:
     tracker = OffsetTracker()
     records = [_record(o) for o in (3, 4, 7)]
     for rec in records:
-        tracker.deliver(rec, now=0.0)
+        tracker.deliver([rec], now=0.0)
     tracker.complete(records[0], now=1.0)
     dropped = tracker.drop_all()
     assert [r.offset for r in dropped] == [4, 7]
@@ -151,8 +151,8 @@ def test_drop_all_forgets_pending_records_without_releasing_them() -> None:
 def test_pinned_since_follows_the_head() -> None:
     tracker = OffsetTracker()
     first, second = _record(0), _record(1)
-    tracker.deliver(first, now=5.0)
-    tracker.deliver(second, now=6.0)
+    tracker.deliver([first], now=5.0)
+    tracker.deliver([second], now=6.0)
     assert tracker.pinned_since == 5.0
     tracker.complete(second, now=7.0)  # not the head: the watermark is still pinned
     assert tracker.pinned_since == 5.0
