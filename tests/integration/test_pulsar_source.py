@@ -18,7 +18,11 @@ import pytest
 from consumers.backends.base import DeliveryError
 from consumers.backends.metadata import encode_done
 from consumers.backends.pulsar.client import PulsarSettings
-from consumers.backends.pulsar.consumer import PulsarConsumer, pulsar_consumer_factory
+from consumers.backends.pulsar.consumer import (
+    RECEIVE_BATCH,
+    PulsarConsumer,
+    pulsar_consumer_factory,
+)
 from consumers.backends.pulsar.producer import PulsarProducer
 from consumers.dev.embedded.child import free_port
 from consumers.dev.embedded.pulsar import PulsarLiteBroker, start_pulsar_lite
@@ -151,6 +155,30 @@ def test_commit_acknowledges_below_the_position_and_done_offsets_above(
     assert [m.offset() for m in received] == list(range(10))
     unacked = unacknowledged(backend.broker, "g-holes", topic)
     assert backend.produced_indices(topic, unacked) == [4, 5, 7, 9]
+
+
+def test_consume_takes_received_messages_in_batches_and_never_more_than_asked(
+    backend: PulsarBackend,
+) -> None:
+    """``batch_receive`` while a whole batch fits in what is asked, then single messages:
+    every message once, in order, and no call returns more than it was asked for (a message
+    received beyond it could not be given back)."""
+    topic = backend.make_topic(1)
+    backend.produce(topic, keyed_stream(3 * RECEIVE_BATCH, keys=5))
+    consumer = held_consumer(backend, topic, "g-batches")
+    asked = RECEIVE_BATCH + RECEIVE_BATCH // 2  # one batch fits, the rest one at a time
+    got: list[Any] = []
+    sizes: list[int] = []
+    try:
+        deadline = time.monotonic() + 20
+        while len(got) < 3 * RECEIVE_BATCH and time.monotonic() < deadline:
+            taken = consumer.consume(asked, 0.5)
+            sizes.append(len(taken))
+            got += taken
+    finally:
+        consumer.close()
+    assert [m.offset() for m in got] == list(range(3 * RECEIVE_BATCH))
+    assert max(sizes) <= asked
 
 
 def test_backlog_estimate_counts_what_was_not_received_yet(backend: PulsarBackend) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import cast
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import pulsar
@@ -55,9 +55,11 @@ from consumers.landing.files import SourceIdentity, pack_pulsar_position
 log = logging.getLogger("lanehouse.pulsar")
 
 
-def _message(topic: str, partition: int, offset: int, msg: pulsar.Message) -> PlainMessage:
+def _message(topic: str, partition: int, offset: int, msg: Any) -> PlainMessage:
     """Key: the ordering key, else the partition key (``None`` if neither); headers: properties;
-    timestamp: event time, else publish time."""
+    timestamp: event time, else publish time. ``msg`` is the client's own ``_pulsar.Message``
+    (untyped), not the ``pulsar.Message`` wrapper: each accessor is one C++ call, no Python
+    frame around it."""
     key = msg.ordering_key() or msg.partition_key()
     properties = msg.properties()
     return PlainMessage(
@@ -72,6 +74,10 @@ def _message(topic: str, partition: int, offset: int, msg: pulsar.Message) -> Pl
 
 
 MessageIdent = tuple[int, int, int]
+
+#: ``consume`` waits for a first message, then takes what else the client has received with one
+#: ``batch_receive``: up to this many messages or bytes, waiting at most this long for more.
+RECEIVE_BATCH, RECEIVE_BYTES, RECEIVE_WAIT_MS = 1000, 16 * 1024 * 1024, 1
 
 
 class _Held:
@@ -149,6 +155,9 @@ class PulsarConsumer:
             for topic in topics:
                 for name in self._client.get_topic_partitions(topic):
                     self._key_for(name, announce=False)
+            options["batch_receive_policy"] = pulsar.ConsumerBatchReceivePolicy(
+                RECEIVE_BATCH, RECEIVE_BYTES, RECEIVE_WAIT_MS
+            )
             self._consumer = self._client.subscribe(
                 topics if len(topics) > 1 else topics[0],
                 settings.subscription,
@@ -173,16 +182,28 @@ class PulsarConsumer:
             time.sleep(max(timeout, 0))
             return []
         wait_ms = 0x7FFFFFFF if timeout < 0 else int(timeout * 1000)
-        out: list[MessageLike] = []
+        client = consumer._consumer  # the client's own consumer: no wrapper per message
+        wrap = self._wrap
         try:
-            msg = consumer.receive(wait_ms)
-            while True:
-                wrapped = self._wrap(msg)
+            first = wrap(client.receive(wait_ms))
+        except pulsar.Timeout:
+            return []
+        out: list[MessageLike] = [first] if first is not None else []
+        # What else is already received: a batch at a time while a whole one fits (one call
+        # and one GIL release, not one a message), then one at a time up to the count asked.
+        try:
+            while num_messages - len(out) >= RECEIVE_BATCH:
+                batch = client.batch_receive()
+                for msg in batch:
+                    wrapped = wrap(msg)
+                    if wrapped is not None:
+                        out.append(wrapped)
+                if len(batch) < RECEIVE_BATCH:
+                    return out
+            while len(out) < num_messages:
+                wrapped = wrap(client.receive(0))
                 if wrapped is not None:
                     out.append(wrapped)
-                if len(out) >= num_messages:
-                    break
-                msg = consumer.receive(0)
         except pulsar.Timeout:
             pass
         return out
@@ -287,7 +308,7 @@ class PulsarConsumer:
                 self._on_assign([key])
         return key
 
-    def _wrap(self, msg: pulsar.Message) -> PlainMessage | None:
+    def _wrap(self, msg: Any) -> PlainMessage | None:
         key = self._keys.get(msg.topic_name()) or self._key_for(msg.topic_name())
         offset = self._held[key].hold(msg.message_id())
         if offset is None:
