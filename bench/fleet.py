@@ -116,7 +116,7 @@ async def handle(rec: Any) -> None:
     if not stats.first_ns:
         stats.first_ns = now
     data = json.loads(rec.value)
-    lane = (rec._part.generation, data["key"])  # order holds within one assignment
+    lane = (rec.part.generation, data["key"])  # order holds within one assignment
     if data["seq"] <= stats.last.get(lane, -1):
         stats.violations += 1
     stats.last[lane] = data["seq"]

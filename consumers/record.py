@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from consumers.outcomes import OutputRecord
+from typing import Any
 
 
 class Record:
     """One consumed record. Plain slots, no properties: it is built once per message on the hot
-    path. ``value`` is the raw bytes (``None`` for a tombstone); :meth:`json` decodes it."""
+    path. ``value`` is the raw bytes (``None`` for a tombstone); :meth:`json` decodes it. The
+    engine hands handlers a subclass that also holds its bookkeeping
+    (:class:`consumers.engine.tracked.TrackedRecord`); only these fields are the handler's."""
 
     __slots__ = (
-        "_attempts",
-        "_done",
-        "_emitted",
-        "_outputs",
-        "_part",
-        "_pending",
+        "attempts",
         "headers",
         "key",
         "offset",
@@ -46,18 +40,9 @@ class Record:
         self.value = value
         self.headers = headers
         self.timestamp = timestamp
-        self._done = False
-        #: The engine's ``PartitionState`` once filed (``Any``: the record a handler sees does not
-        #: import the engine, which imports it).
-        self._part: Any = None
-        #: Failed handler attempts so far.
-        self._attempts = 0
-        #: Output records once resolved (None until then); only with an output topic.
-        self._outputs: list[OutputRecord] | None = None
-        #: Broker acknowledgements still awaited (outputs, dead letter).
-        self._pending = 0
-        #: Its outputs were handed to the producer in source order.
-        self._emitted = False
+        #: Failed attempts before this call: 0 on the first, 1 on the first retry (counted by
+        #: the engine; a handler reads it, for example to log or to give up early).
+        self.attempts = 0
 
     def json(self) -> Any:
         """Decode the value as JSON (``None`` for a tombstone or an empty value)."""

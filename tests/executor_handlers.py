@@ -19,7 +19,7 @@ SLOW_OFFSET, SLOW_SECONDS = 5, 1.5
 def work(rec: Any) -> None:
     """Parse the value; fail the first attempt of some records."""
     json.loads(rec.value)
-    if rec.offset % FAIL_EVERY == FAIL_AT and rec._attempts == 0:
+    if rec.offset % FAIL_EVERY == FAIL_AT and rec.attempts == 0:
         raise RuntimeError(f"first attempt of {rec.partition}@{rec.offset}")
 
 
@@ -43,7 +43,7 @@ async def exits_async(rec: Any) -> None:
 
 def slow_once(rec: Any) -> None:
     """The first attempt of one record runs far past the workload's timeout."""
-    if rec.offset == SLOW_OFFSET and rec._attempts == 0:
+    if rec.offset == SLOW_OFFSET and rec.attempts == 0:
         time.sleep(SLOW_SECONDS)
 
 
@@ -73,7 +73,7 @@ class OrderCheck:
 
     def after(self, rec: Any, outcome: Any, error: Any) -> None:
         self.active.discard(rec.key)
-        if error is None or rec._attempts + 1 >= self.max_attempts:
+        if error is None or rec.attempts + 1 >= self.max_attempts:
             self.last[rec.key] = json.loads(rec.value)["seq"]
         if error is None:
             self.completed.append(rec.value)
@@ -86,7 +86,7 @@ def crash_once(rec: Any) -> None:
     """The first attempt of one record kills the process running it (as a segfault or the OOM
     killer would); every other record is parsed."""
     json.loads(rec.value)
-    if rec.offset == CRASH_OFFSET and rec._attempts == 0:
+    if rec.offset == CRASH_OFFSET and rec.attempts == 0:
         os._exit(3)
 
 

@@ -19,18 +19,19 @@ from consumers.engine.ready import ReadyLanes
 from consumers.engine.resolution import Resolver
 from consumers.engine.settlement import Settlement
 from consumers.engine.tap import Tap
+from consumers.engine.tracked import TrackedRecord
 from consumers.engine.workers import Worker
 from consumers.record import Record
 
-Batch = list[tuple[Lane, list[Record]]]
+Batch = list[tuple[Lane, list[TrackedRecord]]]
 
 
-def latest_per_key(batch: Batch) -> tuple[list[Record], set[Record]]:
+def latest_per_key(batch: Batch) -> tuple[list[TrackedRecord], set[TrackedRecord]]:
     """The last record of each key in the batch (to handle) and the superseded ones (to skip).
 
     Keys are per partition: the same key in two partitions is two keys.
     """
-    latest: dict[tuple[int, str, Hashable], Record] = {}
+    latest: dict[tuple[int, str, Hashable], TrackedRecord] = {}
     for _, records in batch:
         for rec in records:
             latest[(rec.partition, rec.topic, rec.key)] = rec
@@ -72,10 +73,11 @@ class BatchCalls:
         else:
             handled, superseded = records, set()
         for rec in records:
-            rec._part.in_flight += 1
+            rec.part.in_flight += 1
         worker.record = handled[0]
         worker.started = self._clock.now()
-        outcomes, error = await self._caller.call_batch(worker, handled)
+        # The handler gets a list of its own: what it does to the list never reaches the engine.
+        outcomes, error = await self._caller.call_batch(worker, list[Record](handled))
         worker.record = None
         counters, resolver, tap = self._counters, self._resolver, self._tap
         late = self._settlement.late

@@ -214,9 +214,9 @@ class HandlerCaller:
         self._counters.failed += 1
         if isinstance(error, HandlerTimeout):
             self._counters.timeouts += 1
-        first = rec._attempts == 0
+        first = rec.attempts == 0
         log.warning(
-            "%s (attempt %d)", error, rec._attempts + 1, exc_info=error.__cause__ if first else None
+            "%s (attempt %d)", error, rec.attempts + 1, exc_info=error.__cause__ if first else None
         )
 
     def _where(self, rec: Record) -> tuple[str, str, int, int, bytes | None]:

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from consumers.record import Record
+from consumers.engine.tracked import TrackedRecord
 
 log = logging.getLogger("lanehouse.engine")
 
@@ -98,7 +98,7 @@ class Suspect:
         self.until: int | None = None
         #: Records past the window, in offset order: filed into their lanes once the window
         #: is done (tracked meanwhile, so the partition's buffer bounds them).
-        self.later: list[Record] = []
+        self.later: list[TrackedRecord] = []
         #: The culprit stopped the workload (no dead-letter topic): keep the file for the next
         #: run, so it stops at the same record instead of dying on it again.
         self.keep = False

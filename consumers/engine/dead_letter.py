@@ -22,8 +22,8 @@ from consumers.backends.base import DeliveryError
 from consumers.clock import Clock
 from consumers.engine.counters import WorkloadCounters
 from consumers.engine.producer import AckedProducer
+from consumers.engine.tracked import TrackedRecord
 from consumers.errors import SinkWriteError
-from consumers.record import Record
 
 log = logging.getLogger("lanehouse.outcomes")
 
@@ -45,9 +45,9 @@ class DeadLetterWriter:
         *,
         backoff: Callable[[], float],
         later: Callable[..., None],
-        written: Callable[[Record], None],
+        written: Callable[[TrackedRecord], None],
         fail: Callable[[BaseException], None],
-        owns: Callable[[Record], bool],
+        owns: Callable[[TrackedRecord], bool],
     ) -> None:
         self.topic = topic
         self.write_timeout = write_timeout
@@ -61,11 +61,11 @@ class DeadLetterWriter:
         self._fail = fail
         self._owns = owns
 
-    def write(self, rec: Record, headers: Headers) -> None:
+    def write(self, rec: TrackedRecord, headers: Headers) -> None:
         """Send the dead letter of ``rec``; its outcome arrives through ``written`` or ``fail``."""
         self._send(rec, headers, self._clock.now())
 
-    def _send(self, rec: Record, headers: Headers, first: float) -> None:
+    def _send(self, rec: TrackedRecord, headers: Headers, first: float) -> None:
         def on_done(error: DeliveryError | None) -> None:
             if error is None:
                 self._written(rec)
@@ -74,7 +74,9 @@ class DeadLetterWriter:
 
         self._producer.send(self.topic, rec.key, rec.value, headers, on_done)
 
-    def _failed(self, rec: Record, headers: Headers, first: float, error: DeliveryError) -> None:
+    def _failed(
+        self, rec: TrackedRecord, headers: Headers, first: float, error: DeliveryError
+    ) -> None:
         self._counters.dead_letter_write_failures += 1
         if not self._owns(rec):
             return  # no longer ours: the partition's next owner handles the record again

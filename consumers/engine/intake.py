@@ -18,7 +18,7 @@ from consumers.engine.counters import WorkloadCounters
 from consumers.engine.crashes import SUSPECT_LANE
 from consumers.engine.partition import PartitionState
 from consumers.engine.ready import ReadyLanes
-from consumers.record import Record
+from consumers.engine.tracked import TrackedRecord
 
 log = logging.getLogger("lanehouse.engine")
 
@@ -53,7 +53,7 @@ class Intake:
         #: Partitions whose landing fails: paused until it works again.
         self._held: set[PartitionKey] = set()
 
-    def file(self, messages: list[MessageLike], now: float) -> list[Record]:
+    def file(self, messages: list[MessageLike], now: float) -> list[TrackedRecord]:
         """File ``messages``; returns the records a previous owner already completed (their
         offsets were in the commit metadata), for the caller to complete without a call.
 
@@ -61,8 +61,8 @@ class Intake:
         loop, then tracked and filed whole (:meth:`_file_run`), not a call per record."""
         parts = self._parts
         counters = self._counters
-        skipped: list[Record] = []
-        run: list[Record] = []
+        skipped: list[TrackedRecord] = []
+        run: list[TrackedRecord] = []
         part: PartitionState | None = None
         last = -1
         for msg in messages:
@@ -90,7 +90,7 @@ class Intake:
                 counters.redelivered += 1
                 continue
             last = offset
-            rec = Record(
+            rec = TrackedRecord(
                 part.topic,
                 part.partition,
                 offset,
@@ -98,15 +98,19 @@ class Intake:
                 msg.value(),
                 msg.headers(),
                 msg.timestamp()[1],
+                part,
             )
-            rec._part = part
             run.append(rec)
         if part is not None:
             self._file_run(part, run, now, skipped)
         return skipped
 
     def _file_run(
-        self, part: PartitionState, run: list[Record], now: float, skipped: list[Record]
+        self,
+        part: PartitionState,
+        run: list[TrackedRecord],
+        now: float,
+        skipped: list[TrackedRecord],
     ) -> None:
         """Track and file one partition's new records (in offset order), then pause the
         partition if its buffer is full: once per run, not per record."""
@@ -122,7 +126,7 @@ class Intake:
         self.pause_if_full(part)
 
     def _file_one_by_one(
-        self, part: PartitionState, run: list[Record], skipped: list[Record]
+        self, part: PartitionState, run: list[TrackedRecord], skipped: list[TrackedRecord]
     ) -> None:
         """The rare run: offsets a previous owner completed, or a suspect window."""
         file, route, ordered = self._ready.file, self._route, self._ordered

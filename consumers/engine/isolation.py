@@ -12,14 +12,14 @@ from collections.abc import Awaitable, Callable
 from consumers.engine.crashes import CrashJournal, Suspect
 from consumers.engine.partition import PartitionState
 from consumers.engine.settings import RunnerSettings
+from consumers.engine.tracked import TrackedRecord
 from consumers.engine.workers import Worker
 from consumers.errors import HandlerError, LanehouseError
 from consumers.outcomes import DeadLetter, Outcome, Retry
-from consumers.record import Record
 
 log = logging.getLogger("lanehouse.engine")
 
-Call = Callable[[Worker, Record], Awaitable[tuple[Outcome, HandlerError | None]]]
+Call = Callable[[Worker, TrackedRecord], Awaitable[tuple[Outcome, HandlerError | None]]]
 
 
 class Isolation:
@@ -46,7 +46,7 @@ class Isolation:
         self.end_window = end_window
 
     async def call(
-        self, worker: Worker, rec: Record, suspect: Suspect
+        self, worker: Worker, rec: TrackedRecord, suspect: Suspect
     ) -> tuple[Outcome, HandlerError | None]:
         if suspect.culprit(rec.offset):
             if not self._dead_letters:

@@ -9,8 +9,8 @@ from collections import deque
 from collections.abc import Hashable, Iterable
 from typing import TYPE_CHECKING
 
+from consumers.engine.tracked import TrackedRecord
 from consumers.engine.tracker import OffsetTracker
-from consumers.record import Record
 
 if TYPE_CHECKING:
     from consumers.engine.crashes import Suspect
@@ -53,7 +53,7 @@ class PartitionState:
         self.generation = next(_GENERATIONS)
         self.tracker = OffsetTracker()
         #: Records in delivery order whose outputs are not produced yet (output topic only).
-        self.emit: deque[Record] = deque()
+        self.emit: deque[TrackedRecord] = deque()
         self.lanes: dict[Hashable, Lane] = {}
         #: Records handed to a worker and not finished yet.
         self.in_flight = 0
@@ -92,14 +92,14 @@ class Lane:
         self.lane_id = lane_id
         self.part = part
         self.ordered = ordered
-        self.head: Record | None = None
-        self.rest: deque[Record] | None = None
+        self.head: TrackedRecord | None = None
+        self.rest: deque[TrackedRecord] | None = None
         #: A record of this lane is running (ordered lanes only).
         self.busy = False
         #: The lane sits in the workload's ready queue.
         self.ready = False
 
-    def append(self, rec: Record) -> None:
+    def append(self, rec: TrackedRecord) -> None:
         if self.head is None:
             self.head = rec
         elif self.rest is None:
@@ -107,7 +107,7 @@ class Lane:
         else:
             self.rest.append(rec)
 
-    def popleft(self) -> Record:
+    def popleft(self) -> TrackedRecord:
         rec = self.head
         if rec is None:
             raise IndexError("pop from an empty lane")
@@ -115,14 +115,14 @@ class Lane:
         self.head = rest.popleft() if rest else None
         return rec
 
-    def appendleft(self, rec: Record) -> None:
+    def appendleft(self, rec: TrackedRecord) -> None:
         if self.head is not None:
             if self.rest is None:
                 self.rest = deque()
             self.rest.appendleft(self.head)
         self.head = rec
 
-    def extendleft(self, recs: Iterable[Record]) -> None:
+    def extendleft(self, recs: Iterable[TrackedRecord]) -> None:
         for rec in recs:
             self.appendleft(rec)
 

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Hashable
 
 from consumers.engine.partition import Lane, PartitionState
-from consumers.record import Record
+from consumers.engine.tracked import TrackedRecord
 
 
 class ReadyLanes:
@@ -33,7 +33,9 @@ class ReadyLanes:
     def __bool__(self) -> bool:
         return bool(self._lanes)
 
-    def file(self, part: PartitionState, lane_id: Hashable, ordered: bool, rec: Record) -> None:
+    def file(
+        self, part: PartitionState, lane_id: Hashable, ordered: bool, rec: TrackedRecord
+    ) -> None:
         """A new record joins its lane (made on demand); the lane queues if it was idle."""
         lane = part.lanes.get(lane_id)
         if lane is None:
@@ -46,7 +48,7 @@ class ReadyLanes:
     def file_run(
         self,
         part: PartitionState,
-        run: list[Record],
+        run: list[TrackedRecord],
         route: Callable[[bytes | None], Hashable],
         ordered: bool,
     ) -> None:
@@ -65,7 +67,7 @@ class ReadyLanes:
                 lane.ready = True
                 ready.append(lane)
 
-    def take(self) -> tuple[Lane, Record] | None:
+    def take(self) -> tuple[Lane, TrackedRecord] | None:
         """The next lane's head record, its lane marked busy (ordered) or left ready with the
         rest (unordered); None once no lane is ready."""
         lanes = self._lanes
@@ -88,10 +90,10 @@ class ReadyLanes:
             return lane, rec
         return None
 
-    def take_batch(self, size: int) -> list[tuple[Lane, list[Record]]]:
+    def take_batch(self, size: int) -> list[tuple[Lane, list[TrackedRecord]]]:
         """Up to ``size`` records from the ready lanes, whole lanes first, in lane order; the
         ordered lanes taken from stay busy until :meth:`release`."""
-        taken: list[tuple[Lane, list[Record]]] = []
+        taken: list[tuple[Lane, list[TrackedRecord]]] = []
         lanes = self._lanes
         room = size
         while lanes and room > 0:
@@ -121,7 +123,7 @@ class ReadyLanes:
         elif lane.head is None and part.lanes.get(lane.lane_id) is lane:
             del part.lanes[lane.lane_id]
 
-    def put_back(self, lane: Lane, records: list[Record]) -> None:
+    def put_back(self, lane: Lane, records: list[TrackedRecord]) -> None:
         """Records taken in a batch that did not run, because an earlier one of their lane was
         held (a retry): they go back to the front of the lane, in order, behind the held one."""
         lane.extendleft(reversed(records))
@@ -132,7 +134,7 @@ class ReadyLanes:
         part.closing = True
         part.lanes.clear()
 
-    def requeue(self, lane: Lane, rec: Record) -> None:
+    def requeue(self, lane: Lane, rec: TrackedRecord) -> None:
         """A retry is due: the record goes back to the front of its lane, the lane to the front
         of the queue (its key has waited long enough)."""
         part = lane.part

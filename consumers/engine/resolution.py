@@ -42,12 +42,12 @@ from consumers.engine.counters import WorkloadCounters
 from consumers.engine.dead_letter import DeadLetterWriter
 from consumers.engine.producer import AckedProducer
 from consumers.engine.settlement import Settlement
+from consumers.engine.tracked import TrackedRecord
 from consumers.engine.valve import ValveWindow
 from consumers.errors import DeadLetterRatioExceeded, HandlerError, LandingError, SinkWriteError
 from consumers.landing.files import LandedRow, SourceIdentity
 from consumers.landing.sink import LandingSink
 from consumers.outcomes import DeadLetter, Drop, Forward, Land, Outcome, OutputRecord, Retry
-from consumers.record import Record
 
 if TYPE_CHECKING:
     from consumers.engine.partition import Lane, PartitionState
@@ -98,7 +98,7 @@ class Resolver:
         clock: Clock,
         counters: WorkloadCounters,
         settlement: Settlement,
-        requeue: Callable[[Lane, Record], None],
+        requeue: Callable[[Lane, TrackedRecord], None],
         fail: Callable[[BaseException], None],
         landing: LandingSink | None = None,
         identity: Callable[[str], SourceIdentity] | None = None,
@@ -128,7 +128,7 @@ class Resolver:
         #: The workload must stop (safety valve, an output that cannot be written).
         self._fail = fail
         self._rng = random.Random()
-        self._failures: dict[Record, _Failure] = {}
+        self._failures: dict[TrackedRecord, _Failure] = {}
         self._valve = (
             ValveWindow(dead_letter.window, dead_letter.max_ratio) if dead_letter else None
         )
@@ -154,7 +154,7 @@ class Resolver:
     # ------------------------------------------------------------------ outcomes
 
     def resolve(
-        self, lane: Lane, rec: Record, outcome: Outcome, error: HandlerError | None
+        self, lane: Lane, rec: TrackedRecord, outcome: Outcome, error: HandlerError | None
     ) -> bool:
         """Act on one handler result; True when the record's lane must stay held."""
         retry_after: float | None = None
@@ -183,7 +183,7 @@ class Resolver:
                 retry_after = outcome.after  # type: ignore[union-attr]
             else:
                 error = self._misuse(rec, f"returned {kind.__name__}, which is not an outcome")
-        rec._attempts += 1
+        attempts = rec.failed_attempt()
         if self.dead_letter is not None:  # only a dead letter's headers read the history
             now_ms = int(time.time() * 1000)
             failure = self._failures.get(rec)
@@ -191,12 +191,10 @@ class Resolver:
                 self._failures[rec] = _Failure(now_ms, now_ms, error)
             else:
                 failure.last_ms, failure.error = now_ms, error
-        if rec._attempts < self.retry.max_attempts:
+        if attempts < self.retry.max_attempts:
             self._counters.retries += 1
             delay = (
-                retry_after
-                if retry_after is not None
-                else self.retry.delay(rec._attempts, self._rng)
+                retry_after if retry_after is not None else self.retry.delay(attempts, self._rng)
             )
             self._later(delay, self._requeue, lane, rec)
             return True
@@ -213,13 +211,13 @@ class Resolver:
             rec.partition,
             rec.offset,
             rec.key,
-            rec._attempts,
+            attempts,
         )
         return True
 
     def done(
         self,
-        rec: Record,
+        rec: TrackedRecord,
         outputs: Iterable[OutputRecord],
         *,
         land: bool = True,
@@ -228,7 +226,7 @@ class Resolver:
         """The record's handling is over; complete it once its outputs are acknowledged or
         its landed file is durable. ``land=False``: nothing to land (dropped, superseded, or
         completed by a previous owner)."""
-        if rec._attempts:
+        if rec.attempts:
             self._failures.pop(rec, None)
         if self._valve is not None:
             self._valve.count(False)
@@ -238,12 +236,12 @@ class Resolver:
         if not self.sequenced:
             self._complete(rec)
             return
-        rec._outputs = list(outputs)
-        self._emit(rec._part)
+        rec.resolved(list(outputs))
+        self._emit(rec.part)
 
     # ------------------------------------------------------------------ landing
 
-    def _land(self, rec: Record, value: bytes | None) -> None:
+    def _land(self, rec: TrackedRecord, value: bytes | None) -> None:
         assert self._landing is not None and self._identity is not None
         timestamp = rec.timestamp if rec.timestamp >= 0 else int(time.time() * 1000)
         offset = rec.offset
@@ -254,7 +252,7 @@ class Resolver:
                 self._fail(LandingError(f"workload {self.name}: no lake position: {exc}"))
                 return
         row = LandedRow(rec.partition, offset, rec.key, value, timestamp)
-        rec._pending += 1
+        rec.awaiting()
 
         def on_landed(error: str | None) -> None:
             if error is None:
@@ -276,7 +274,7 @@ class Resolver:
         """The share of the safety valve used (:class:`ValveWindow`); None without dead letters."""
         return self._valve.used if self._valve is not None else None
 
-    def _to_dead_letter(self, rec: Record, error_type: str, message: str) -> bool:
+    def _to_dead_letter(self, rec: TrackedRecord, error_type: str, message: str) -> bool:
         policy, valve, letters = self.dead_letter, self._valve, self._letters
         if policy is None or valve is None or letters is None:
             self._fail(
@@ -302,18 +300,19 @@ class Resolver:
             source_topic=rec.topic,
             source_partition=rec.partition,
             source_offset=rec.offset,
-            attempts=max(rec._attempts, 1),
+            attempts=max(rec.attempts, 1),
             error_type=error_type,
             error_message=message,
             first_failure_ms=failure.first_ms,
             last_failure_ms=failure.last_ms,
         )
-        rec._pending += 1
+        rec.awaiting()
         self._counters.dead_lettered += 1
+        if self.sequenced:
+            rec.resolved([])  # no outputs: its place in the partition's order is kept
         letters.write(rec, headers)
         if self.sequenced:
-            rec._outputs = []
-            self._emit(rec._part)
+            self._emit(rec.part)
         return False
 
     # ------------------------------------------------------------------ ordered outputs
@@ -324,18 +323,16 @@ class Resolver:
         producer = self._producer
         topic = self.output_topic
         assert producer is not None and topic is not None
-        while emit and emit[0]._outputs is not None:
+        while emit and emit[0].emittable:
             rec = emit.popleft()
-            rec._emitted = True
-            for out in rec._outputs:  # type: ignore[union-attr]
-                rec._pending += 1
+            for out in rec.emitting():
                 key = rec.key if out.key is None else out.key
                 producer.send(topic, key, out.value, out.headers, self._output_ack(rec))
                 self._counters.forwarded += 1
-            if rec._pending == 0:
+            if not rec.unacknowledged:
                 self._complete(rec)
 
-    def _output_ack(self, rec: Record) -> Callable[[DeliveryError | None], None]:
+    def _output_ack(self, rec: TrackedRecord) -> Callable[[DeliveryError | None], None]:
         def on_done(error: DeliveryError | None) -> None:
             if error is None:
                 self._acked(rec)
@@ -352,18 +349,17 @@ class Resolver:
 
         return on_done
 
-    def _acked(self, rec: Record) -> None:
-        rec._pending -= 1
-        if rec._pending == 0 and (rec._emitted or not self.sequenced):
+    def _acked(self, rec: TrackedRecord) -> None:
+        if rec.acked():
             self._complete(rec)
 
     # ------------------------------------------------------------------ helpers
 
-    def _misuse(self, rec: Record, reason: str) -> HandlerError:
+    def _misuse(self, rec: TrackedRecord, reason: str) -> HandlerError:
         """A handler result the engine cannot act on: a failed attempt, counted and logged."""
         error = HandlerError(self.name, rec.topic, rec.partition, rec.offset, rec.key, reason)
         self._counters.failed += 1
-        log.warning("%s (attempt %d)", error, rec._attempts + 1)
+        log.warning("%s (attempt %d)", error, rec.attempts + 1)
         return error
 
     def _later(self, delay: float, callback: Callable[..., None], *args: object) -> None:
@@ -380,7 +376,7 @@ class Resolver:
         """A retry or a dead-letter rewrite is scheduled."""
         return bool(self._timers)
 
-    def forget(self, recs: Iterable[Record]) -> None:
+    def forget(self, recs: Iterable[TrackedRecord]) -> None:
         """Drop failure bookkeeping for records of a revoked partition."""
         for rec in recs:
             self._failures.pop(rec, None)

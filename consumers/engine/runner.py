@@ -39,11 +39,11 @@ from consumers.engine.resolution import Resolver
 from consumers.engine.settings import RunnerSettings
 from consumers.engine.settlement import Settlement
 from consumers.engine.tap import Tap
+from consumers.engine.tracked import TrackedRecord
 from consumers.engine.workers import watchdog
 from consumers.execution.executors import Handler
 from consumers.execution.interceptors import Interceptor
 from consumers.permits.pool import PermitPool
-from consumers.record import Record
 
 log = logging.getLogger("lanehouse.engine")
 
@@ -313,7 +313,7 @@ class WorkloadRunner:
 
     # ------------------------------------------------------------------ from the Resolver
 
-    def requeue(self, lane: Lane, rec: Record) -> None:
+    def requeue(self, lane: Lane, rec: TrackedRecord) -> None:
         """A retry is due: its record runs next in its lane (:meth:`ReadyLanes.requeue`)."""
         self._ready.requeue(lane, rec)
         self._dispatch.start()

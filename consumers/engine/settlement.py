@@ -19,7 +19,7 @@ from consumers.clock import Clock
 from consumers.engine.commits import CommitPlanner
 from consumers.engine.counters import WorkloadCounters
 from consumers.engine.partition import PartitionState
-from consumers.record import Record
+from consumers.engine.tracked import TrackedRecord
 
 
 class Settlement:
@@ -46,25 +46,23 @@ class Settlement:
         self._progress = progress
 
     @staticmethod
-    def owns(rec: Record) -> bool:
+    def owns(rec: TrackedRecord) -> bool:
         """Whether ``rec``'s partition is still this runner's (not revoked since the read)."""
-        part = rec._part
-        return part is not None and not part.revoked
+        return not rec.part.revoked
 
-    def late(self, rec: Record) -> bool:
+    def late(self, rec: TrackedRecord) -> bool:
         """True, counting a late completion, when ``rec``'s partition was revoked: its result is
         dropped (the partition's next owner handles the record again)."""
-        part = rec._part  # owns(), inlined: every result passes here
-        if part is not None and not part.revoked:
+        if not rec.part.revoked:  # owns(), inlined: every result passes here
             return False
         self._counters.late_completions += 1
         return True
 
-    def settle(self, rec: Record) -> bool:
+    def settle(self, rec: TrackedRecord) -> bool:
         """``rec``'s outcome is durable: it may be committed past. False, counted late, when
         its partition was revoked meanwhile (one call on the hot path: no :meth:`late` first)."""
-        part = rec._part  # owns(), inlined
-        if part is None or part.revoked:
+        part: PartitionState = rec.part  # owns(), inlined
+        if part.revoked:
             self._counters.late_completions += 1
             return False
         advanced = part.tracker.complete(rec, self._now())

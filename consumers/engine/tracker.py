@@ -6,7 +6,7 @@ never delivered (compaction, transaction markers) are simply absent from the que
 never stall the watermark, and nothing is ever skipped on a timer.
 
 Records complete in any order; completion is O(1) and advancing is amortized O(1): a record
-carries its own ``_done`` flag and the queue is popped while its head is done.
+carries its own ``done`` flag and the queue is popped while its head is done.
 
 Completed offsets above the watermark travel in the commit's metadata
 (:mod:`consumers.backends.metadata`), so a restart skips work already done.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from consumers.record import Record
+from consumers.engine.tracked import TrackedRecord
 
 
 class OffsetTracker:
@@ -25,7 +25,7 @@ class OffsetTracker:
     __slots__ = ("_done_ahead", "_pending", "beyond", "last_delivered", "pinned_since", "released")
 
     def __init__(self) -> None:
-        self._pending: deque[Record] = deque()
+        self._pending: deque[TrackedRecord] = deque()
         #: Completed records behind an incomplete head (what the commit metadata lists).
         self._done_ahead = 0
         self.last_delivered: int | None = None
@@ -37,7 +37,7 @@ class OffsetTracker:
         #: marker after the last record): the watermark once everything delivered is done.
         self.beyond: int | None = None
 
-    def deliver(self, records: list[Record], now: float) -> None:
+    def deliver(self, records: list[TrackedRecord], now: float) -> None:
         """Track a run of new records, in increasing offset order (the intake drops a
         redelivered offset before it gets here), after every record delivered so far."""
         if not records:
@@ -57,16 +57,16 @@ class OffsetTracker:
         self._pending.extend(records)
         self.last_delivered = records[-1].offset
 
-    def complete(self, record: Record, now: float) -> int:
+    def complete(self, record: TrackedRecord, now: float) -> int:
         """Mark ``record`` done; return how many records the watermark advanced past."""
-        record._done = True
+        record.done = True
         pending = self._pending
         if pending[0] is not record:
             self._done_ahead += 1
             return 0
         pending.popleft()
         advanced = 1
-        while pending and pending[0]._done:
+        while pending and pending[0].done:
             pending.popleft()
             advanced += 1
         self._done_ahead -= advanced - 1
@@ -97,7 +97,7 @@ class OffsetTracker:
         return last + 1
 
     @property
-    def head(self) -> Record | None:
+    def head(self) -> TrackedRecord | None:
         """The record that pins the watermark, if any."""
         return self._pending[0] if self._pending else None
 
@@ -109,9 +109,9 @@ class OffsetTracker:
         buffer when there are none, the usual case of a commit."""
         if not self._done_ahead:
             return []
-        return [r.offset for r in self._pending if r._done]
+        return [r.offset for r in self._pending if r.done]
 
-    def drop_all(self) -> list[Record]:
+    def drop_all(self) -> list[TrackedRecord]:
         """Forget every pending record (partition revoked); returns them for accounting."""
         dropped = list(self._pending)
         self._pending.clear()

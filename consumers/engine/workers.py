@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from consumers.clock import Clock
-from consumers.record import Record
+from consumers.engine.tracked import TrackedRecord
 
 
 class Worker:
@@ -16,7 +16,7 @@ class Worker:
 
     def __init__(self) -> None:
         self.task: asyncio.Task[None]
-        self.record: Record | None = None
+        self.record: TrackedRecord | None = None
         self.started = 0.0
         self.timed_out = False
 

@@ -35,7 +35,7 @@ Fields = tuple[str, int, int, bytes | None, bytes | None, Any, int, int]
 
 def record_of(fields: Fields) -> Record:
     rec = Record(*fields[:7])
-    rec._attempts = fields[7]
+    rec.attempts = fields[7]
     return rec
 
 

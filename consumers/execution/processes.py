@@ -119,7 +119,7 @@ def fields_of(rec: Record) -> tuple[Any, ...]:
         rec.value,
         rec.headers,
         rec.timestamp,
-        rec._attempts,
+        rec.attempts,
     )
 
 

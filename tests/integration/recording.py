@@ -17,6 +17,7 @@ import random
 import time
 from typing import TextIO
 
+from consumers.engine.tracked import TrackedRecord
 from consumers.outcomes import Forward, OutputRecord
 from consumers.record import Record
 
@@ -43,8 +44,8 @@ async def handled(rec: Record) -> str:
     if delay:
         await asyncio.sleep(random.random() * delay)
     value = rec.json()
-    assert rec._part is not None
-    epoch = rec._part.generation  # unique per assignment (an id() could be reused)
+    assert isinstance(rec, TrackedRecord)  # what the engine hands a handler
+    epoch = rec.part.generation  # unique per assignment (an id() could be reused)
     return f"{value['key']} {value['seq']} {rec.partition} {rec.offset} {epoch}"
 
 
@@ -142,8 +143,8 @@ def record_blocking(rec: Record) -> None:
     ``$LH_DELAY`` seconds; on threads or inline it knows its assignment, so ``epoch`` is real."""
     time.sleep(random.random() * float(os.environ.get("LH_DELAY", "0")))
     value = rec.json()
-    assert rec._part is not None
-    line = f"{value['key']} {value['seq']} {rec.partition} {rec.offset} {rec._part.generation}"
+    assert isinstance(rec, TrackedRecord)  # what the engine hands a handler
+    line = f"{value['key']} {value['seq']} {rec.partition} {rec.offset} {rec.part.generation}"
     _write(line + "\n")
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from consumers.engine.resolution import RetryPolicy
 from consumers.engine.settings import RunnerSettings
+from consumers.engine.tracked import TrackedRecord
 from consumers.errors import LanehouseError
 from consumers.record import Record
 from consumers.service.app import ConsumerApp, Workload, WorkloadSummary
@@ -169,8 +170,8 @@ async def test_backpressure_bounds_buffered_records(backend: Backend) -> None:
 
     async def handler(rec: Record) -> None:
         nonlocal peak
-        assert rec._part is not None
-        peak = max(peak, len(rec._part.tracker))
+        assert isinstance(rec, TrackedRecord)
+        peak = max(peak, len(rec.part.tracker))
         await gate.wait()
 
     app = ConsumerApp([workload(backend, topic, "g-bp", handler, concurrency=10, max_buffered=100)])

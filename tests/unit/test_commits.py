@@ -8,14 +8,14 @@ import pytest
 from consumers.backends.metadata import decode_done
 from consumers.engine.commits import CommitPlanner
 from consumers.engine.partition import PartitionState
-from consumers.record import Record
+from consumers.engine.tracked import TrackedRecord
 
 pytestmark = pytest.mark.unit
 
 
-def delivered(partition: int, offsets: range) -> tuple[PartitionState, list[Record]]:
+def delivered(partition: int, offsets: range) -> tuple[PartitionState, list[TrackedRecord]]:
     part = PartitionState("t", partition)
-    records = [Record("t", partition, o, None, b"") for o in offsets]
+    records = [TrackedRecord("t", partition, o, None, b"", None, 0, part) for o in offsets]
     part.tracker.deliver(records, 0.0)
     return part, records
 

@@ -74,7 +74,7 @@ def test_a_poll_of_two_partitions_files_each_run_into_its_key_lanes_in_offset_or
     assert s.counters.consumed == 5 and len(s.ready) == 3  # lanes (0,a), (0,b), (1,a)
     rec = s.parts[("t", 0)].lanes[b"a"].head
     assert rec is not None and (rec.value, rec.timestamp) == (b"v0", 1_000)
-    assert rec._part is s.parts[("t", 0)]
+    assert rec.part is s.parts[("t", 0)]
 
 
 def test_a_redelivered_offset_is_counted_and_never_filed_twice() -> None:

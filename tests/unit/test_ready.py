@@ -7,13 +7,16 @@ import pytest
 
 from consumers.engine.partition import PartitionState
 from consumers.engine.ready import ReadyLanes
-from consumers.record import Record
+from consumers.engine.tracked import TrackedRecord
 
 pytestmark = pytest.mark.unit
 
 
-def rec(offset: int) -> Record:
-    return Record("t", 0, offset, None, b"")
+PART = PartitionState("t", 0)
+
+
+def rec(offset: int) -> TrackedRecord:
+    return TrackedRecord("t", 0, offset, None, b"", None, 0, PART)
 
 
 def test_an_ordered_lane_runs_one_record_at_a_time_in_order() -> None:

@@ -13,7 +13,7 @@ from consumers.engine.commits import CommitPlanner
 from consumers.engine.counters import WorkloadCounters
 from consumers.engine.partition import PartitionState
 from consumers.engine.settlement import Settlement
-from consumers.record import Record
+from consumers.engine.tracked import TrackedRecord
 
 pytestmark = pytest.mark.unit
 
@@ -25,10 +25,11 @@ class Parts:
         self, records: int, commit_every: int = 100, progress: bool = False, resume_at: int = 10
     ) -> None:
         self.part = PartitionState("t", 0)
-        self.records = [Record("t", 0, offset, None, b"") for offset in range(records)]
-        for rec in self.records:
-            rec._part = self.part
-            self.part.tracker.deliver([rec], 0.0)
+        self.records = [
+            TrackedRecord("t", 0, offset, None, b"", None, 0, self.part)
+            for offset in range(records)
+        ]
+        self.part.tracker.deliver(self.records, 0.0)
         self.counters = WorkloadCounters()
         self.commit_now = asyncio.Event()
         self.progress = asyncio.Event() if progress else None
@@ -61,13 +62,6 @@ async def test_a_record_of_a_revoked_partition_is_counted_late_and_moves_nothing
     assert not parts.settlement.settle(parts.records[0])
     assert parts.counters.late_completions == 2 and parts.counters.completed == 0
     assert parts.part.tracker.position == 0
-
-
-async def test_a_record_never_filed_is_late_too() -> None:
-    parts = Parts(0)
-    stray = Record("t", 0, 9, None, b"")  # no partition: dropped on intake or a test's record
-    assert parts.settlement.late(stray)
-    assert parts.counters.late_completions == 1
 
 
 async def test_a_commit_is_woken_once_commit_every_records_passed() -> None:

@@ -16,14 +16,18 @@ from consumers.backends.metadata import (
     decode_done,
     encode_done,
 )
+from consumers.engine.partition import PartitionState
+from consumers.engine.tracked import TrackedRecord
 from consumers.engine.tracker import OffsetTracker
-from consumers.record import Record
 
 pytestmark = pytest.mark.unit
 
 
-def _record(offset: int) -> Record:
-    return Record("t", 0, offset, None, b"")
+PART = PartitionState("t", 0)
+
+
+def _record(offset: int) -> TrackedRecord:
+    return TrackedRecord("t", 0, offset, None, b"", None, 0, PART)
 
 
 @st.composite
@@ -83,7 +87,7 @@ def test_position_is_the_first_incomplete_delivered_record(
         head = tracker.head
         if position <= offsets[-1]:
             assert head is not None and head.offset == position
-            assert not head._done
+            assert not head.done
         else:
             assert head is None
 
