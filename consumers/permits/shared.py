@@ -29,6 +29,7 @@ import os
 import secrets
 import socket
 from collections.abc import Callable
+from functools import partial
 
 from consumers.clock import Clock, RealClock, first_of
 from consumers.permits.pool import PermitClient, PermitPool
@@ -73,6 +74,8 @@ class SharedPermitPool(PermitPool):
         self._pool_free = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        #: The renewal whose thread is running or ran last (a stop waits for it).
+        self._renewing: asyncio.Future[Renewal] | None = None
         self._expiry: asyncio.TimerHandle | None = None
         self._reported_at = self._clock.now()
         self._failing = False
@@ -122,6 +125,10 @@ class SharedPermitPool(PermitPool):
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        if self._renewing is not None:
+            # A renewal's thread is not stopped by the cancel: were it to finish after the
+            # release below, it would write this process's leases back (1 stop in ~30 did).
+            await asyncio.gather(self._renewing, return_exceptions=True)
         if self._expiry is not None:
             self._expiry.cancel()
         try:
@@ -144,10 +151,11 @@ class SharedPermitPool(PermitPool):
 
     async def _renew_once(self, started: float) -> None:
         reports = self._reports(started)
+        self._renewing = asyncio.get_running_loop().run_in_executor(
+            None, partial(self.store.renew, self.name, self.holder, reports, self.lease_ttl)
+        )
         try:
-            renewal = await asyncio.to_thread(
-                self.store.renew, self.name, self.holder, reports, self.lease_ttl
-            )
+            renewal = await asyncio.shield(self._renewing)
         except Exception as exc:  # a bug must not end renewals: the lease would just run out
             self.renewal_failures += 1
             if not self._failing:
