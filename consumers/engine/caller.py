@@ -71,6 +71,9 @@ class HandlerCaller:
         self._async = is_async_handler(handler)
         #: Decides inline or threads for a plain def under ``executor: auto``.
         self.gate = InlineGate(clock) if executor == "auto" and not self._async else None
+        #: The gate, when a worker may call the handler itself while the gate says inline
+        #: (:meth:`call_inline`; nothing around the handler).
+        self.inline_gate = self.gate if not interceptors else None
         self._clock = clock
         self._pool: CallPool | None = None
         if executor == "process":
@@ -161,6 +164,20 @@ class HandlerCaller:
         if self._async and not self._interceptors:
             return self._handler
         return None
+
+    def call_inline(self, worker: Worker, rec: Record) -> tuple[Outcome, HandlerError | None]:
+        """A plain ``def`` proven fast, called on the loop's thread with no coroutine around
+        it (only while ``inline_gate.inline``); the gate times the call."""
+        gate = self.inline_gate
+        assert gate is not None  # a worker calls this only while the gate says inline
+        started = perf_counter()
+        try:
+            result = self._handler(rec)
+        except BaseException as exc:  # user code: a result, never a crash
+            return None, self.failure(worker, rec, exc)
+        finally:
+            gate.ran_inline(perf_counter() - started)
+        return result, None
 
     def failure(self, worker: Worker, rec: Record, exc: BaseException) -> HandlerError:
         """What ``exc``, raised by the handler on ``rec``, means: a timeout when the watchdog

@@ -20,9 +20,11 @@ class CommitPlanner:
         self._since = 0
 
     def advanced(self, records: int) -> bool:
-        """Count records the watermarks moved past; True when a commit is due before the timer."""
-        self._since += records
-        return self._since >= self._commit_every
+        """Count records the watermarks moved past; True when this makes a commit due before
+        the timer (once: the count starts again when the commit is planned)."""
+        before = self._since
+        self._since = since = before + records
+        return since >= self._commit_every > before
 
     def plan(self, parts: list[PartitionState], only_changed: bool) -> list[CommitOffset]:
         self._since = 0

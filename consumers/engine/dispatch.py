@@ -145,8 +145,11 @@ class Dispatch:
         now = self._clock.now
         immediate = self._resolver.immediate
         tap = self._tap
+        listened = tap.by_workload if tap is not None else {}
         name = self._settings.name
-        call, direct, failure = self._caller.call, self._caller.direct, self._caller.failure
+        caller = self._caller
+        call, direct, failure = caller.call, caller.direct, caller.failure
+        gate, call_inline = caller.inline_gate, caller.call_inline
         late, settle = self._settlement.late, self._settlement.settle
         progress = self._progress
         should_yield, permits = self._pool.should_yield, self.permits
@@ -173,6 +176,8 @@ class Dispatch:
                     else:
                         if worker.timed_out:  # it swallowed the watchdog's cancel and returned
                             worker.clear_timeout()
+                elif suspect is None and gate is not None and gate.inline:
+                    outcome, error = call_inline(worker, rec)  # a plain def proven fast
                 elif suspect is None:
                     outcome, error = await call(worker, rec)
                 else:
@@ -185,7 +190,7 @@ class Dispatch:
                     handled = settle(rec)  # plain success: the hot path, one call
                 elif handled := not late(rec):
                     held = self._resolver.resolve(lane, rec, outcome, error)
-                if handled and tap is not None:
+                if handled and name in listened and tap is not None:
                     tap.handled(name, rec, outcome, error)
                 if not held:  # a retry or a parked record keeps its lane busy: its key waits
                     release(lane)

@@ -1,6 +1,10 @@
 """Per-partition state owned by the event loop, its one writer (what the source thread observes,
 such as the partition's end, reaches it as a posted event): the commit tracker, the lanes (FIFOs
-of records waiting to run) and flow counters."""
+of records waiting to run) and flow counters.
+
+Before that the source thread builds it in the client's assignment callback and prepares it
+(committed position, suspect window, the lake cut back) and only then posts it to the loop: a
+hand-over, so at no time do two threads write one partition's fields."""
 
 from __future__ import annotations
 

@@ -58,26 +58,28 @@ class Tap:
             )
         self.preview_bytes = preview_bytes
         self.queue_size = queue_size
-        self._subs: dict[str, tuple[Subscription, ...]] = {}
+        #: Subscriptions by workload. Read by the engine's workers to skip a record nobody
+        #: listens to without a call; changed only by :meth:`subscribe` and :meth:`unsubscribe`.
+        self.by_workload: dict[str, tuple[Subscription, ...]] = {}
         #: Drops of subscriptions that have ended, so ``dropped_total`` never goes down.
         self._retired_dropped: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def active(self, workload: str) -> bool:
         """Whether anyone listens to ``workload`` (the engine publishes only then)."""
-        return workload in self._subs
+        return workload in self.by_workload
 
     def handled(
         self, workload: str, record: Record, outcome: Outcome, error: HandlerError | None
     ) -> None:
         """Publish a handled record under its outcome's label if anyone listens (the check is
         all it costs otherwise)."""
-        if workload in self._subs:
+        if workload in self.by_workload:
             self.publish(workload, record, outcome_name(outcome, error))
 
     def publish(self, workload: str, record: Record, outcome: str) -> None:
         """Offer one event to every subscriber of ``workload``; never blocks, never raises."""
-        subs = self._subs.get(workload)
+        subs = self.by_workload.get(workload)
         if not subs:
             return
         key = record.key
@@ -104,28 +106,28 @@ class Tap:
     def subscribe(self, workload: str) -> Subscription:
         sub = Subscription(workload, self.queue_size)
         with self._lock:
-            self._subs[workload] = (*self._subs.get(workload, ()), sub)
+            self.by_workload[workload] = (*self.by_workload.get(workload, ()), sub)
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
         """Stop delivering to ``sub`` (unknown or already removed subscriptions are ignored)."""
         with self._lock:
-            current = self._subs.get(sub.workload, ())
+            current = self.by_workload.get(sub.workload, ())
             if sub not in current:
                 return
             rest = tuple(s for s in current if s is not sub)
             if rest:
-                self._subs[sub.workload] = rest
+                self.by_workload[sub.workload] = rest
             else:
-                del self._subs[sub.workload]
+                del self.by_workload[sub.workload]
             retired = self._retired_dropped.get(sub.workload, 0)
             self._retired_dropped[sub.workload] = retired + sub.dropped
 
     def subscribers(self, workload: str) -> int:
-        return len(self._subs.get(workload, ()))
+        return len(self.by_workload.get(workload, ()))
 
     def dropped_total(self, workload: str) -> int:
         """Events dropped for ``workload``'s subscribers, past and present (monotonic)."""
         with self._lock:
-            live = self._subs.get(workload, ())
+            live = self.by_workload.get(workload, ())
             return self._retired_dropped.get(workload, 0) + sum(s.dropped for s in live)

@@ -132,8 +132,9 @@ class LocalPermitPool(PermitPool):
             self._dispatch()
 
     def should_yield(self, client: PermitClient) -> bool:
-        if not self._waiters or self.free > 0:
-            return False
+        waiters = self._waiters
+        if not waiters or self.free > 0 or (len(waiters) == 1 and waiters[0] is client):
+            return False  # asked once a record: no other workload waits, the usual case
         share = client.held / client.weight
         return any(
             w is not client and w.held < w.cap and (w.held + 1) / w.weight < share

@@ -24,8 +24,10 @@ def test_a_commit_is_due_early_once_commit_every_records_were_passed() -> None:
     planner = CommitPlanner(commit_every=10)
     assert not planner.advanced(6)
     assert planner.advanced(4)
+    assert not planner.advanced(1)  # due already: the commit timer was woken once
     planner.plan([], only_changed=True)  # a plan starts the count again
     assert not planner.advanced(9)
+    assert planner.advanced(5)
 
 
 def test_only_partitions_whose_position_or_metadata_moved_are_planned_again() -> None:
