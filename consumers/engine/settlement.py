@@ -40,7 +40,8 @@ class Settlement:
         self._commits = commits
         self._commit_now = commit_now
         self._resume_if_drained = resume_if_drained
-        #: Below this a paused partition may resume (the intake's rule; asked only then).
+        #: At or below this many tracked records a paused partition may resume (the intake's
+        #: rule, asked only then).
         self._resume_at = resume_at
         #: Set on every settle when a drain may wait for it (acknowledgements, landed files).
         self._progress = progress
