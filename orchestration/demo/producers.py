@@ -78,11 +78,11 @@ class PulsarSink:
     def __init__(self, service_url: str, topic: str) -> None:
         import pulsar
 
-        from consumers.backends.pulsar.client import CLIENT_LOGGER
+        from consumers.backends.pulsar.client_log import client_logger
 
         self.topic = topic
         self._refused: list[str] = []
-        self._client = pulsar.Client(service_url, logger=CLIENT_LOGGER)
+        self._client = pulsar.Client(service_url, logger=client_logger())
         try:
             # block_if_queue_full: the client's default refuses sends past 1,000 in flight.
             self._producer = self._client.create_producer(topic, block_if_queue_full=True)

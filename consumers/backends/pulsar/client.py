@@ -4,7 +4,6 @@ consumer, the producer and the probe all build their client from here."""
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -12,8 +11,7 @@ from typing import Any, Final
 
 import pulsar
 
-#: pulsar-client's own (C++) log lines go here instead of stdout.
-CLIENT_LOGGER: Final = logging.getLogger("lanehouse.pulsar.client")
+from consumers.backends.pulsar.client_log import client_logger
 
 SUBSCRIPTION_TYPES: Final[Mapping[str, pulsar.ConsumerType]] = {
     "shared": pulsar.ConsumerType.Shared,
@@ -44,7 +42,7 @@ class PulsarSettings:
 
 def client_kwargs(options: Mapping[str, Any]) -> dict[str, Any]:
     """``pulsar.Client`` keyword arguments from spec options (``auth_token`` → authentication)."""
-    kwargs = {"logger": CLIENT_LOGGER, **options}
+    kwargs = {"logger": client_logger(), **options}
     token = kwargs.pop("auth_token", None)
     if token is not None:
         kwargs["authentication"] = pulsar.AuthenticationToken(token)

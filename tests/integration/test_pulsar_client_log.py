@@ -1,0 +1,64 @@
+"""pulsar-client's log lines reach the ``lanehouse.pulsar.client`` logger, and a process that
+closed its client exits cleanly (``client_log.py``: the client's Python-logger hook aborted
+about one exit in two of the script below). Each case is its own process because pulsar-client
+keeps the first client's logger for the whole process."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import pulsar
+import pytest
+
+from consumers.dev.embedded.pulsar import PULSAR_TEST_CLIENT_KWARGS, PulsarLiteBroker
+from tests.integration.processes import REPO
+
+pytestmark = pytest.mark.integration
+
+#: Subscribe, receive what is there, close, exit: the shape that aborted at exit.
+SCRIPT = textwrap.dedent(
+    """
+    import logging, sys, pulsar
+    from consumers.backends.pulsar.client import client_kwargs
+    logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
+    client = pulsar.Client(sys.argv[1], **client_kwargs({}))
+    consumer = client.subscribe(
+        sys.argv[2], "s", consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+    for _ in range(20):
+        consumer.receive(5000)
+    consumer.close()
+    client.close()
+    """
+)
+CONNECTED = re.compile(r"^lanehouse\.pulsar\.client INFO \[\S+ -> \S+\] Connected to broker$", re.M)
+CPP_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d [\d:.]+ [A-Z]+ ", re.M)
+
+
+def test_processes_log_through_python_and_exit_cleanly(pulsar_broker: PulsarLiteBroker) -> None:
+    topic = f"log-exit-{uuid.uuid4().hex[:8]}"
+    client = pulsar.Client(pulsar_broker.url, **PULSAR_TEST_CLIENT_KWARGS)
+    try:
+        producer = client.create_producer(topic)
+        for i in range(20):
+            producer.send(str(i).encode(), partition_key=str(i))
+        producer.close()
+    finally:
+        client.close()
+    for attempt in range(8):
+        done = subprocess.run(
+            [sys.executable, "-c", SCRIPT, pulsar_broker.url, topic],
+            cwd=REPO,
+            capture_output=True,
+            timeout=60,
+        )
+        out = (done.stdout + done.stderr).decode(errors="replace")
+        assert done.returncode == 0, f"exit {done.returncode} on run {attempt}:\n{out[-1500:]}"
+        # The client's own lines arrive as Python records, level and all, prefix parsed away.
+        assert CONNECTED.search(out), out[-1500:]
+        assert not CPP_PREFIX.search(out), out[-1500:]
