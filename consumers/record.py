@@ -1,9 +1,14 @@
-"""The record a handler receives."""
+"""The record a handler receives, and the source incarnation records come from."""
 
 from __future__ import annotations
 
+import hashlib
 import json
-from typing import Any
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+_UNSAFE: Final = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 class Record:
@@ -60,3 +65,22 @@ class Record:
 
     def __repr__(self) -> str:
         return f"Record({self.topic}[{self.partition}]@{self.offset} key={self.key!r})"
+
+
+@dataclass(frozen=True)
+class SourceIdentity:
+    """Which incarnation of which topic on which cluster the records come from."""
+
+    kind: str
+    #: Bootstrap servers or service URL, never with credentials.
+    cluster: str
+    topic: str
+    #: The broker's id of this incarnation of the topic ("" when the broker has none).
+    topic_id: str
+
+    def file_prefix(self) -> str:
+        """A path-safe name for this incarnation: the topic, then a digest of all four."""
+        digest = hashlib.blake2b(
+            f"{self.kind}\0{self.cluster}\0{self.topic}\0{self.topic_id}".encode(), digest_size=4
+        ).hexdigest()
+        return f"{_UNSAFE.sub('_', self.topic)[:80]}~{digest}"

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from consumers.landing.files import default_lake
+from consumers.config.loading import default_lake
 
 WORKLOADS_ENV: Final = "LANEHOUSE_WORKLOADS"
 URL_ENV: Final = "LANEHOUSE_DAGSTER_URL"

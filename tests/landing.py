@@ -12,8 +12,8 @@ from confluent_kafka import Producer
 
 from consumers.backends.memory import MemoryBroker
 from consumers.engine.settings import RunnerSettings
-from consumers.landing.files import SourceIdentity
 from consumers.landing.sink import LandingSettings, land_as_is
+from consumers.record import SourceIdentity
 from consumers.service.app import Workload
 
 DAY_MS = 86_400_000

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from consumers.landing.files import SourceIdentity
+from consumers.record import SourceIdentity
 
 #: A partition: (topic, partition index).
 PartitionKey = tuple[str, int]

@@ -35,7 +35,7 @@ from consumers.backends.base import (
 )
 from consumers.backends.kafka_producer import KafkaProducer, record_limit
 from consumers.errors import BrokerError, TopicMissing
-from consumers.landing.files import SourceIdentity
+from consumers.record import SourceIdentity
 
 #: Defaults the engine relies on; a workload's ``source.config`` may override the tunables.
 CONSUMER_DEFAULTS: dict[str, Any] = {

@@ -59,6 +59,15 @@ def state_dir(given: Path | None = None) -> Path:
     return Path(os.environ.get("LANEHOUSE_HOME", DEFAULT_STATE_DIR))
 
 
+def default_lake(home: Path | None = None) -> Path:
+    """``LANEHOUSE_LAKE``, else ``<home>/lake`` with ``home`` defaulting to ``LANEHOUSE_HOME``
+    or ``.lanehouse``; always absolute, since runs may start in other directories."""
+    configured = os.environ.get("LANEHOUSE_LAKE")
+    if configured:
+        return Path(configured).resolve()
+    return (state_dir(home) / "lake").resolve()
+
+
 def parse_duration(value: object) -> float:
     """Return ``value`` as float seconds: a number of seconds, or ``"250ms"``, ``"1.5s"``, ``"5m"``, ``"1h"``."""
     if isinstance(value, bool):

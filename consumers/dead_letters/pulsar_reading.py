@@ -3,7 +3,7 @@ the message-to-entry conversion the Pulsar replay (:mod:`consumers.dead_letters.
 shares.
 
 The engine writes a Pulsar dead letter with the same ``lanehouse.*`` headers as Kafka, as message
-properties (:mod:`consumers.dead_letters.headers`). ``list`` reads with a Reader from the earliest
+properties (:mod:`consumers.engine.dead_letter_headers`). ``list`` reads with a Reader from the earliest
 message, one per partition: a Reader acknowledges nothing and leaves no subscription behind. The
 end is where ``has_message_available`` (the broker's last message id) says no more; where the
 broker cannot answer that (pulsar-lite, on an empty topic), where nothing arrived for ``idle``
@@ -18,6 +18,7 @@ from typing import Any
 import pulsar
 
 from consumers.backends.pulsar.client import PARTITION_SUFFIX, client_kwargs
+from consumers.backends.pulsar.consumer import pack_pulsar_position
 from consumers.dead_letters.selection import (
     DeadLetterEntry,
     check_limit,
@@ -26,7 +27,6 @@ from consumers.dead_letters.selection import (
     listed,
 )
 from consumers.errors import BrokerError
-from consumers.landing.files import pack_pulsar_position
 
 __all__ = ["list_pulsar_dead_letters", "partition_names", "pulsar_client", "pulsar_entry"]
 
@@ -58,7 +58,7 @@ def pulsar_entry(msg: pulsar.Message, topic: str) -> DeadLetterEntry | None:
     """The message as a dead letter, or ``None`` (logged) when its properties are not readable.
 
     ``offset`` is the message id packed into one number ordered like the topic
-    (:func:`consumers.landing.files.pack_pulsar_position`); ``message_id`` shows it as text.
+    (:func:`consumers.backends.pulsar.consumer.pack_pulsar_position`); ``message_id`` shows it as text.
     """
     mid = msg.message_id()
     ledger, entry, batch = mid.ledger_id(), mid.entry_id(), mid.batch_index()

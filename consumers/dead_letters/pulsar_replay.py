@@ -25,7 +25,6 @@ from typing import Final
 import pulsar
 
 from consumers.backends.pulsar.producer import PulsarProducer
-from consumers.dead_letters.headers import replay_headers
 from consumers.dead_letters.pulsar_reading import (
     ClientOptions,
     partition_names,
@@ -41,6 +40,7 @@ from consumers.dead_letters.selection import (
     check_max_replays,
     replay_group,
 )
+from consumers.engine.dead_letter_headers import replay_headers
 from consumers.errors import BrokerError
 
 __all__ = ["replay_pulsar_dead_letters"]

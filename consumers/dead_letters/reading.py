@@ -2,7 +2,7 @@
 replay (:mod:`consumers.dead_letters.replay`) builds on.
 
 A dead-letter topic may hold the dead letters of several workloads; each record says whose it
-is in its ``lanehouse.workload`` header (:mod:`consumers.dead_letters.headers`).
+is in its ``lanehouse.workload`` header (:mod:`consumers.engine.dead_letter_headers`).
 :func:`list_dead_letters` reads the topic from the beginning to its end and commits nothing.
 
 The end of a partition is found with ``enable.partition.eof`` (never with broker-side watermark

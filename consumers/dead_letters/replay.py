@@ -32,9 +32,6 @@ from confluent_kafka import (
 
 from consumers.backends.kafka import ENGINE_OWNED, producer_properties
 from consumers.config.spec import WorkloadSpec
-from consumers.dead_letters.headers import (
-    replay_headers,
-)
 from consumers.dead_letters.reading import (
     POLL,
     ClientConfig,
@@ -54,6 +51,9 @@ from consumers.dead_letters.selection import (
     check_limit,
     check_max_replays,
     replay_group,
+)
+from consumers.engine.dead_letter_headers import (
+    replay_headers,
 )
 from consumers.errors import BrokerError
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from consumers.config.loading import parse_duration
-from consumers.dead_letters.headers import DeadLetterInfo, decode_dead_letter
+from consumers.engine.dead_letter_headers import DeadLetterInfo, decode_dead_letter
 
 log = logging.getLogger("consumers.dead_letters")
 

@@ -28,7 +28,6 @@ from consumers.clock import Clock
 from consumers.engine.partition import PartitionState
 from consumers.errors import BrokerError, DamagedFile
 from consumers.landing.files import (
-    SourceIdentity,
     clear_from,
     ensure_index,
     remove_stale_temporaries,
@@ -36,6 +35,7 @@ from consumers.landing.files import (
 )
 from consumers.landing.quarantine import first_offset, move_aside, next_first_offset
 from consumers.landing.sink import LandingSettings, LandingSink
+from consumers.record import SourceIdentity
 
 log = logging.getLogger("lanehouse.engine")
 

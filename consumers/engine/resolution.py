@@ -37,17 +37,18 @@ from typing import TYPE_CHECKING
 
 from consumers.backends.base import DeliveryError, Position
 from consumers.clock import Clock
-from consumers.dead_letters.headers import encode_dead_letter_headers
 from consumers.engine.counters import WorkloadCounters
 from consumers.engine.dead_letter import DeadLetterWriter
+from consumers.engine.dead_letter_headers import encode_dead_letter_headers
 from consumers.engine.producer import AckedProducer
 from consumers.engine.settlement import Settlement
 from consumers.engine.tracked import TrackedRecord
 from consumers.engine.valve import ValveWindow
 from consumers.errors import DeadLetterRatioExceeded, HandlerError, LandingError, SinkWriteError
-from consumers.landing.files import LandedRow, SourceIdentity
+from consumers.landing.files import LandedRow
 from consumers.landing.sink import LandingSink
 from consumers.outcomes import DeadLetter, Drop, Forward, Land, Outcome, OutputRecord, Retry
+from consumers.record import SourceIdentity
 
 if TYPE_CHECKING:
     from consumers.engine.partition import Lane, PartitionState

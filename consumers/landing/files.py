@@ -24,7 +24,6 @@ records' offsets. A crash leaves either the old file, the new one, or a ``.tmp``
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -34,22 +33,19 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from consumers.config.loading import state_dir
 from consumers.landing.positions import build_index, days_from, in_days
 from consumers.landing.quarantine import read_footer, read_rows
+from consumers.record import SourceIdentity
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
     "LandedRow",
-    "SourceIdentity",
     "clear_from",
-    "default_lake",
     "ensure_index",
     "landed_arrow_schema",
     "landed_path",
-    "pack_pulsar_position",
     "remove_stale_temporaries",
     "trim_from",
     "write_landed",
@@ -81,27 +77,6 @@ def landed_arrow_schema() -> pa.Schema:
     )
 
 
-_UNSAFE: Final = re.compile(r"[^A-Za-z0-9_.-]")
-
-
-@dataclass(frozen=True)
-class SourceIdentity:
-    """Which incarnation of which topic on which cluster the records come from."""
-
-    kind: str
-    #: Bootstrap servers or service URL, never with credentials.
-    cluster: str
-    topic: str
-    #: The broker's id of this incarnation of the topic ("" when the broker has none).
-    topic_id: str
-
-    def file_prefix(self) -> str:
-        digest = hashlib.blake2b(
-            f"{self.kind}\0{self.cluster}\0{self.topic}\0{self.topic_id}".encode(), digest_size=4
-        ).hexdigest()
-        return f"{_UNSAFE.sub('_', self.topic)[:80]}~{digest}"
-
-
 @dataclass(frozen=True)
 class LandedRow:
     partition: int
@@ -110,15 +85,6 @@ class LandedRow:
     value: bytes | None
     #: Record time, epoch milliseconds.
     timestamp_ms: int
-
-
-def default_lake(home: Path | None = None) -> Path:
-    """``LANEHOUSE_LAKE``, else ``<home>/lake`` with ``home`` defaulting to ``LANEHOUSE_HOME``
-    or ``.lanehouse``; always absolute, since runs may start in other directories."""
-    configured = os.environ.get("LANEHOUSE_LAKE")
-    if configured:
-        return Path(configured).resolve()
-    return (state_dir(home) / "lake").resolve()
 
 
 def landed_path(
@@ -135,28 +101,6 @@ def landed_path(
     suffix = f"-{content}" if content else ""
     name = f"{source.file_prefix()}-p{partition}-o{first}{suffix}.parquet"
     return lake / "landed" / dataset / f"event_date={day.isoformat()}" / name
-
-
-_LEDGER_BITS, _ENTRY_BITS, _BATCH_BITS = 28, 23, 12
-
-
-def pack_pulsar_position(ledger: int, entry: int, batch_index: int) -> int:
-    """A Pulsar message id as one ``_offset``: ordered like the ids, stable across sessions.
-
-    Ledger ids are unique in a cluster, so a recreated topic never reuses a position. Raises
-    ``ValueError`` past 2^28 ledgers, 2^23 entries per ledger (Pulsar rolls ledgers over at
-    50,000 entries by default) or 4,095 messages per batch.
-    """
-    batch = batch_index + 1  # -1 (not batched) becomes 0
-    if not (
-        0 <= ledger < 1 << _LEDGER_BITS
-        and 0 <= entry < 1 << _ENTRY_BITS
-        and 0 <= batch < 1 << _BATCH_BITS
-    ):
-        raise ValueError(
-            f"Pulsar message id ({ledger}:{entry}:{batch_index}) does not fit a lake position"
-        )
-    return (ledger << (_ENTRY_BITS + _BATCH_BITS)) | (entry << _BATCH_BITS) | batch
 
 
 def write_landed(

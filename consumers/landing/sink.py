@@ -31,10 +31,10 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 
 from consumers.clock import Clock
-from consumers.landing.files import LandedRow, SourceIdentity, landed_path, write_landed
+from consumers.landing.files import LandedRow, landed_path, write_landed
 from consumers.landing.gates import Gates
 from consumers.landing.positions import PositionIndex, index_dir
-from consumers.record import Record
+from consumers.record import Record, SourceIdentity
 
 __all__ = ["LandedFile", "LandingSettings", "LandingSink", "land_as_is"]
 

@@ -10,7 +10,7 @@ from consumers.backends.base import Backend, ProducerFactory
 from consumers.backends.kafka import kafka_backend, kafka_producer_factory
 from consumers.backends.routing import routed_producer_factory
 from consumers.config.clusters import ProducerTarget
-from consumers.config.loading import import_callable, state_dir
+from consumers.config.loading import default_lake, import_callable, state_dir
 from consumers.config.platform import PlatformConfig, load_platform_config
 from consumers.config.pulsar_options import CLIENT_OPTIONS, PRODUCER_OPTIONS
 from consumers.config.sources import KafkaSourceSpec, reveal
@@ -20,7 +20,6 @@ from consumers.engine.resolution import DeadLetterPolicy, RetryPolicy
 from consumers.engine.settings import RunnerSettings
 from consumers.errors import LanehouseError
 from consumers.execution.interceptors import load_interceptor
-from consumers.landing.files import default_lake
 from consumers.landing.sink import LandingSettings
 from consumers.permits.pool import LocalPermitPool, PermitPool
 from consumers.service.app import ConsumerApp, Workload, WorkloadSummary
@@ -32,7 +31,7 @@ log = logging.getLogger("lanehouse.run")
 
 def settings_from_spec(spec: WorkloadSpec, lake: Path | None = None) -> RunnerSettings:
     """The engine's settings; ``lake`` is where a landing workload lands (default: see
-    :func:`consumers.landing.files.default_lake`)."""
+    :func:`consumers.config.loading.default_lake`)."""
     landing = spec.landing
     return RunnerSettings(
         name=spec.name,

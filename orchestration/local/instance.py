@@ -25,8 +25,7 @@ from typing import Any, Final
 
 import yaml
 
-from consumers.config.loading import state_dir
-from consumers.landing.files import default_lake
+from consumers.config.loading import default_lake, state_dir
 from orchestration.lake.runs import SPARK_RUN_LIMIT, SPARK_RUN_TAG
 from orchestration.workloads.names import REPLAY_RUN_TAG
 

@@ -10,9 +10,9 @@ from typing import Any
 import pulsar
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
-from consumers.dead_letters.headers import Headers, encode_dead_letter_headers
 from consumers.dev.embedded.pulsar import PULSAR_TEST_CLIENT_KWARGS
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG
+from consumers.engine.dead_letter_headers import Headers, encode_dead_letter_headers
 
 CLIENT = dict(TEST_CLIENT_CONFIG)
 HOUR_MS = 3_600_000

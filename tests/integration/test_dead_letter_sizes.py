@@ -18,9 +18,9 @@ import yaml
 
 from consumers.config.platform import load_platform_config
 from consumers.config.spec import WorkloadSpec, load_spec
-from consumers.dead_letters.headers import decode_dead_letter
 from consumers.dev.embedded.pulsar import PulsarLiteBroker
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
+from consumers.engine.dead_letter_headers import decode_dead_letter
 from consumers.errors import SinkWriteError
 from consumers.record import Record
 from consumers.service.app import WorkloadSummary

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from consumers.dead_letters.headers import DeadLetterInfo, decode_dead_letter
+from consumers.engine.dead_letter_headers import DeadLetterInfo, decode_dead_letter
 from consumers.engine.resolution import DeadLetterPolicy, RetryPolicy
 from consumers.engine.settings import RunnerSettings
 from consumers.execution.interceptors import load_interceptor

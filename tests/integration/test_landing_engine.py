@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from consumers.backends.kafka import committed_offsets, log_end_offsets
+from consumers.backends.pulsar.consumer import pack_pulsar_position
 from consumers.backends.pulsar.probe import unacknowledged
 from consumers.config.spec import WorkloadSpec
 from consumers.dev.embedded.pulsar import (
@@ -24,7 +25,6 @@ from consumers.dev.embedded.pulsar import (
     validate_pulsar_topic,
 )
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
-from consumers.landing.files import pack_pulsar_position
 from consumers.outcomes import DeadLetter, Drop, Land
 from consumers.record import Record
 from consumers.service.launch import build_app

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from consumers.backends.kafka import committed_offsets
-from consumers.dead_letters.headers import decode_dead_letter
 from consumers.dev.embedded.tansu import TansuBroker
 from consumers.dev.sample import produce_sample
+from consumers.engine.dead_letter_headers import decode_dead_letter
 from tests.backends import TansuBackend, assert_all_committed
 from tests.helpers import wait_until
 from tests.integration.processes import finish, lines, start_consumer, write_spec

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from consumers.dead_letters.headers import decode_dead_letter
+from consumers.engine.dead_letter_headers import decode_dead_letter
 from consumers.engine.resolution import DeadLetterPolicy, RetryPolicy
 from consumers.engine.settings import RunnerSettings
 from consumers.errors import DeadLetterRatioExceeded

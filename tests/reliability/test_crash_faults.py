@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from consumers.dead_letters.headers import decode_dead_letter
 from consumers.dev.embedded.tansu import TansuBroker
+from consumers.engine.dead_letter_headers import decode_dead_letter
 from tests.backends import TansuBackend
 from tests.integration.processes import start_consumer, write_spec
 from tests.integration.recording import POISON_EXIT, read_run

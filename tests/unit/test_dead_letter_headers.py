@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from consumers.dead_letters import headers as h
-from consumers.dead_letters.headers import (
+from consumers.dead_letters.reading import parse_since
+from consumers.engine import dead_letter_headers as h
+from consumers.engine.dead_letter_headers import (
     DeadLetterInfo,
     decode_dead_letter,
     encode_dead_letter_headers,
     replay_headers,
 )
-from consumers.dead_letters.reading import parse_since
 
 FAILURE: dict[str, Any] = {
     "workload": "orders",

@@ -10,7 +10,7 @@ import pytest
 
 from consumers.engine.incarnations import IncarnationWatch
 from consumers.errors import BrokerError, TopicMissing, TopicReplaced
-from consumers.landing.files import SourceIdentity
+from consumers.record import SourceIdentity
 
 pytestmark = pytest.mark.unit
 

@@ -14,13 +14,13 @@ import pytest
 from consumers.clock import ManualClock
 from consumers.landing.files import (
     LandedRow,
-    SourceIdentity,
     clear_from,
     landed_path,
     remove_stale_temporaries,
 )
 from consumers.landing.positions import INDEX_DIR
 from consumers.landing.sink import LandingSettings, LandingSink
+from consumers.record import SourceIdentity
 from tests.helpers import until
 
 pytestmark = pytest.mark.unit

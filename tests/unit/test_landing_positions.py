@@ -12,7 +12,6 @@ import pytest
 
 from consumers.landing.files import (
     LandedRow,
-    SourceIdentity,
     clear_from,
     ensure_index,
     landed_path,
@@ -21,6 +20,7 @@ from consumers.landing.files import (
     write_landed,
 )
 from consumers.landing.positions import HEADROOM, PositionIndex, index_dir, read_bounds
+from consumers.record import SourceIdentity
 
 pytestmark = pytest.mark.unit
 

@@ -50,9 +50,31 @@ from consumers.backends.pulsar.client import (
 )
 from consumers.backends.pulsar.producer import pulsar_producer_factory
 from consumers.errors import BrokerError
-from consumers.landing.files import SourceIdentity, pack_pulsar_position
+from consumers.record import SourceIdentity
 
 log = logging.getLogger("lanehouse.pulsar")
+
+
+_LEDGER_BITS, _ENTRY_BITS, _BATCH_BITS = 28, 23, 12
+
+
+def pack_pulsar_position(ledger: int, entry: int, batch_index: int) -> int:
+    """A Pulsar message id as one ``_offset``: ordered like the ids, stable across sessions.
+
+    Ledger ids are unique in a cluster, so a recreated topic never reuses a position. Raises
+    ``ValueError`` past 2^28 ledgers, 2^23 entries per ledger (Pulsar rolls ledgers over at
+    50,000 entries by default) or 4,095 messages per batch.
+    """
+    batch = batch_index + 1  # -1 (not batched) becomes 0
+    if not (
+        0 <= ledger < 1 << _LEDGER_BITS
+        and 0 <= entry < 1 << _ENTRY_BITS
+        and 0 <= batch < 1 << _BATCH_BITS
+    ):
+        raise ValueError(
+            f"Pulsar message id ({ledger}:{entry}:{batch_index}) does not fit a lake position"
+        )
+    return (ledger << (_ENTRY_BITS + _BATCH_BITS)) | (entry << _BATCH_BITS) | batch
 
 
 def _message(topic: str, partition: int, offset: int, msg: Any) -> PlainMessage:
