@@ -8,9 +8,15 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: test demo up lint bench bench-e2e lock clean venv system
+.PHONY: help test demo up lint bench bench-e2e lock clean venv system
+.DEFAULT_GOAL := help
 
-venv: $(STAMP)
+# `make` alone lists the targets: each target's `## ...` comment is its line.
+help: ## list the targets, one line each
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
+	  awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
+
+venv: $(STAMP) ## create .venv with the pinned dependencies (again when they change)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,21 +27,21 @@ $(STAMP): pyproject.toml constraints.txt
 # Spark needs a Java runtime (17 or newer).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq
-system:
+system: ## apt-get install chromium and a Java runtime when missing
 	command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(APT_INSTALL) chromium; }
 	command -v java >/dev/null || { $(SUDO) apt-get update -qq && \
 	  $(APT_INSTALL) default-jre-headless; }
 
-test: $(STAMP) system
+test: $(STAMP) system ## run the whole suite (select with PYTEST_ARGS=...)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-demo: $(STAMP)
+demo: $(STAMP) ## lanehouse demo: 3 days of shop data end to end, reconciled
 	$(BIN)/lanehouse demo
 
-up: $(STAMP)
+up: $(STAMP) ## lanehouse up: brokers, live shop, Dagster on 127.0.0.1:3000
 	$(BIN)/lanehouse up
 
-lint: $(STAMP)
+lint: $(STAMP) ## ruff check, ruff format --check and mypy
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy consumers orchestration spark_jobs
@@ -43,21 +49,21 @@ lint: $(STAMP)
 # Lanehouse, the raw client, Quix Streams and Arroyo side by side (docs/benchmarks.md); the
 # peers' venvs (.bench-venvs/) are built on first use. ~15 min on 2 cores.
 BENCH_OUT ?= bench-results.json
-bench: $(STAMP)
+bench: $(STAMP) ## Lanehouse beside the raw client, Quix Streams, Arroyo (~15 min)
 	$(BIN)/python -m bench.engine --repeat 3 --out $(BENCH_OUT)
 
 # 1,000,000 demo events from produce to clean Spark tables, time per stage (docs/benchmarks.md).
-bench-e2e: $(STAMP)
+bench-e2e: $(STAMP) ## 1,000,000 demo events to clean Spark tables, time per stage
 	$(BIN)/python bench/e2e.py
 
 # Two replicas against one on one 8-partition topic, as `lanehouse consume --replicas R` and as R
 # Dagster consumer runs (`--modes cli,runs`, both by default; docs/benchmarks.md).
 .PHONY: bench-fleet
-bench-fleet: $(STAMP)
+bench-fleet: $(STAMP) ## two consumer replicas against one (CLI and Dagster runs)
 	$(BIN)/python -m bench.fleet
 
 # Re-resolve every dependency within pyproject.toml's ranges into a fresh venv, then pin it.
-lock:
+lock: ## re-resolve every dependency in a fresh venv and re-pin constraints.txt
 	rm -rf .lock-venv
 	$(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/pip install -e '.[dev,embedded]'
@@ -66,6 +72,6 @@ lock:
 	  .lock-venv/bin/pip freeze --exclude-editable | grep -iv '^lanehouse[= @]'; } > constraints.txt
 	rm -rf .lock-venv
 
-clean:
+clean: ## remove .venv, caches, build output, .lanehouse and test-artifacts
 	rm -rf $(VENV) .lock-venv build *.egg-info .pytest_cache .ruff_cache .mypy_cache .lanehouse test-artifacts
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
