@@ -21,11 +21,9 @@ import pstats
 import threading
 from typing import Any
 
+from consumers import ConsumerApp, Record, RunnerSettings, Workload
 from consumers.backends.memory import MemoryBroker
 from consumers.engine import event_loop
-from consumers.engine.settings import RunnerSettings
-from consumers.record import Record
-from consumers.service.app import ConsumerApp, Workload
 
 KEYS = 1_000
 PARTITIONS = 4

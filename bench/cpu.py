@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from bench import check
-from consumers.record import Record
+from consumers import Record
 
 
 def burn_record(rec: Record) -> None:

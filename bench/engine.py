@@ -63,18 +63,14 @@ from confluent_kafka import Consumer, TopicPartition
 from bench.check import Check, seq_of
 from bench.cpu import burn_record
 from bench.peers.venvs import peer_python
+from consumers import ConsumerApp, LocalPermitPool, Record, RetryPolicy, RunnerSettings, Workload
 from consumers.backends.kafka import CONSUMER_DEFAULTS, ENGINE_OWNED, kafka_consumer_factory
 from consumers.config.pulsar_options import validate_pulsar_topic
 from consumers.dev.embedded.child import BrokerProcess
 from consumers.dev.embedded.tansu import start_tansu
 from consumers.dev.sample import produce_pulsar_sample, produce_sample
 from consumers.engine import event_loop
-from consumers.engine.resolution import RetryPolicy
-from consumers.engine.settings import RunnerSettings
 from consumers.execution.executors import Executor
-from consumers.permits.pool import LocalPermitPool
-from consumers.record import Record
-from consumers.service.app import ConsumerApp, Workload
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS, KEYS, SLEEP = 4, 1000, 0.020

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from consumers.errors import LanehouseError
+from consumers import LanehouseError
 
 err_console = Console(stderr=True)
 

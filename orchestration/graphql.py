@@ -7,7 +7,7 @@ import json
 import urllib.request
 from typing import Any
 
-from consumers.errors import LanehouseError
+from consumers import LanehouseError
 
 
 def graphql(

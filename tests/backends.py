@@ -23,6 +23,7 @@ from typing import Protocol
 import pulsar
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
+from consumers import ConsumerApp, WorkloadSummary
 from consumers.backends.base import ProducerFactory
 from consumers.backends.kafka import (
     committed_offsets,
@@ -43,7 +44,6 @@ from consumers.dev.embedded.pulsar import (
 )
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker, create_topic
 from consumers.engine.source import ConsumerFactory
-from consumers.service.app import ConsumerApp, WorkloadSummary
 
 Produced = list[tuple[bytes | None, bytes | None]]
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from consumers import SourceIdentity
 from consumers.landing.files import LandedRow, landed_path, write_landed
-from consumers.record import SourceIdentity
 from orchestration.demo.events import DemoRecord
 from orchestration.lake import tables as lake_tables
 from orchestration.shop.tables import TABLES

@@ -10,11 +10,9 @@ from typing import Any
 import pyarrow.parquet as pq
 from confluent_kafka import Producer
 
+from consumers import LandingSettings, RunnerSettings, SourceIdentity, Workload
 from consumers.backends.memory import MemoryBroker
-from consumers.engine.settings import RunnerSettings
-from consumers.landing.sink import LandingSettings, land_as_is
-from consumers.record import SourceIdentity
-from consumers.service.app import Workload
+from consumers.landing.sink import land_as_is
 
 DAY_MS = 86_400_000
 #: 2026-11-18 00:00 UTC; records spread over three days from here.

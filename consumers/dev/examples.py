@@ -14,7 +14,7 @@ import threading
 import time
 from collections import Counter
 
-from consumers.record import Record
+from consumers import Record
 
 
 class OrderCheck:

@@ -17,8 +17,8 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from consumers import LanehouseError
 from consumers.config.loading import state_dir as default_state_dir
-from consumers.errors import LanehouseError
 from orchestration.console import err_console, exits_on, print_error
 from orchestration.local.instance import lake_dir, prepare_dagster_home
 

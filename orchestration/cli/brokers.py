@@ -12,10 +12,10 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from consumers import BrokerError
 from consumers.dev.embedded.child import BrokerProcess
 from consumers.dev.embedded.tansu import start_tansu
 from consumers.dev.sample import produce_pulsar_sample, produce_sample
-from consumers.errors import BrokerError
 from orchestration.cli.params import positive_rate, pulsar_topic, pulsar_url, topic_name
 from orchestration.cli.terminal import progress_bar, stop_on_signal
 from orchestration.console import err_console, exits_on, print_error

@@ -9,10 +9,7 @@ from typing import Annotated
 
 import typer
 
-from consumers.config.sources import PulsarSourceSpec
-from consumers.config.spec import WorkloadSpec, load_specs
-from consumers.errors import SpecError
-from consumers.service.launch import run_specs
+from consumers import PulsarSourceSpec, SpecError, WorkloadSpec, load_specs, run_specs
 from orchestration.cli.params import ip_address
 from orchestration.console import exits_on
 from orchestration.local.replicas import child_args, run_fleet

@@ -14,13 +14,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from consumers.config.sources import KafkaSourceSpec
-from consumers.config.spec import WorkloadSpec, load_specs
+from consumers import KafkaSourceSpec, SpecError, WorkloadSpec, load_specs
 from consumers.dead_letters.places import list_workload_dead_letters, replay_workload_dead_letters
 from consumers.dead_letters.selection import (
     parse_since,
 )
-from consumers.errors import SpecError
 from orchestration.cli.params import topic_name
 from orchestration.cli.terminal import progress_bar
 from orchestration.console import exits_on, print_error

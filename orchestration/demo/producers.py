@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from consumers import BrokerError
 from consumers.dev.embedded.tansu import create_topic
 from consumers.dev.sample import PRODUCER_CONFIG
-from consumers.errors import BrokerError
 from orchestration.demo.events import DemoRecord
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from datetime import date
 from rich.console import Console
 from rich.table import Table
 
-from consumers.config.spec import WorkloadSpec
+from consumers import WorkloadSpec
 from orchestration.demo.events import DemoRecord, expected_per_day
 from orchestration.platform import landed_key
 from orchestration.shop.backfill import DayCounts, RangeRun

@@ -32,17 +32,22 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 from rich.console import Console
 
+from consumers import (
+    ConsumerApp,
+    KafkaSourceSpec,
+    LocalPermitPool,
+    PulsarSourceSpec,
+    SpecError,
+    WorkloadSpec,
+    WorkloadSummary,
+    load_spec,
+)
 from consumers.backends.kafka import committed_offsets, log_end_offsets
 from consumers.config.platform import default_platform_config
-from consumers.config.sources import KafkaSourceSpec, PulsarSourceSpec
-from consumers.config.spec import WorkloadSpec, load_spec
 from consumers.dev.embedded.pulsar import start_pulsar_lite
 from consumers.dev.embedded.tansu import start_tansu
 from consumers.dev.examples import TIME_ORDER
 from consumers.engine import event_loop
-from consumers.errors import SpecError
-from consumers.permits.pool import LocalPermitPool
-from consumers.service.app import ConsumerApp, WorkloadSummary
 from consumers.service.launch import build_app
 from orchestration.demo.events import DemoRecord, generate
 from orchestration.demo.producers import produce_kafka, produce_pulsar

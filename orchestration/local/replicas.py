@@ -39,9 +39,8 @@ from typing import IO
 import typer
 from typer.core import TyperArgument, TyperOption
 
+from consumers import PulsarSourceSpec, WorkloadSpec
 from consumers.config.replicas import replica_problem
-from consumers.config.sources import PulsarSourceSpec
-from consumers.config.spec import WorkloadSpec
 from orchestration.console import print_error
 
 log = logging.getLogger("lanehouse.replicas")

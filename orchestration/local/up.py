@@ -34,10 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from consumers.config.sources import KafkaSourceSpec, PulsarSourceSpec
-from consumers.config.spec import WorkloadSpec
+from consumers import KafkaSourceSpec, LanehouseError, PulsarSourceSpec, WorkloadSpec
 from consumers.dev.embedded.child import BrokerProcess
-from consumers.errors import LanehouseError
 from orchestration.graphql import graphql
 from orchestration.local.instance import lake_dir, prepare_dagster_home, prepare_platform_config
 from orchestration.shop.datasets import CLICKS_DATASET, ORDERS_DATASET

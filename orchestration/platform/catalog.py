@@ -11,8 +11,8 @@ from typing import Final
 
 from dagster import AssetKey, AssetSpec
 
+from consumers import WorkloadSpec
 from consumers.config.sections import check_dataset_name, is_dataset_name
-from consumers.config.spec import WorkloadSpec
 from orchestration.lake.landed import LAKE_PARTITIONS, landed_freshness, landed_key, table_schema
 from orchestration.workloads.names import SourceKind, topic_asset_key
 from spark_jobs import LANDED_SCHEMA

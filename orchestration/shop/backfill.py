@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from dagster import AssetKey, DagsterEventType, DagsterInstance, TableMetadataValue
 
-from consumers.errors import LanehouseError
+from consumers import LanehouseError
 from orchestration.graphql import graphql
 from orchestration.platform import LAKE_PARTITIONS, SPARK_RUN_TAG, landed_key
 from orchestration.shop.assets import SPARK_JOB_NAME

@@ -24,7 +24,7 @@ from typing import Final
 
 from dagster import AssetKey, AssetSpec
 
-from consumers.config.spec import WorkloadSpec
+from consumers import WorkloadSpec
 from orchestration.workloads.names import topic_asset_key
 
 #: The asset group of every workload's asset.

@@ -36,7 +36,7 @@ from consumers.service.tap_access import token_from_env
 if TYPE_CHECKING:
     from dagster import OpExecutionContext
 
-    from consumers.service.app import ConsumerApp
+    from consumers import ConsumerApp
 
 __all__ = ["HTTP_TAG", "TAP_TAG", "TARGETS_ENV", "RunEndpoints", "run_endpoints"]
 

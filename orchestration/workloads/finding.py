@@ -8,9 +8,8 @@ from pathlib import Path
 
 from dagster import Failure
 
+from consumers import SpecError, WorkloadSpec, load_spec
 from consumers.config.loading import read_yaml_mapping, spec_files
-from consumers.config.spec import WorkloadSpec, load_spec
-from consumers.errors import SpecError
 
 
 def find_workload(

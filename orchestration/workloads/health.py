@@ -34,8 +34,7 @@ from dagster import (
     multi_asset_check,
 )
 
-from consumers.config.spec import WorkloadSpec, load_spec
-from consumers.errors import SpecError
+from consumers import SpecError, WorkloadSpec, load_spec
 from orchestration.workloads.assets import (
     CHECKS,
     DEAD_LETTERS_CHECK,

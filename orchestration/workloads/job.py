@@ -60,9 +60,9 @@ from dagster import (
 )
 from pydantic import Field
 
+from consumers import ConsumerApp, WorkloadSummary
 from consumers.config.spec import spec_hash
 from consumers.engine import event_loop
-from consumers.service.app import ConsumerApp, WorkloadSummary
 from consumers.service.launch import build_app
 from orchestration import settings
 from orchestration.workloads.endpoints import run_endpoints

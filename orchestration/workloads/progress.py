@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from dagster import DagsterInstance
 from pydantic import BaseModel, ConfigDict
 
-from consumers.config.spec import WorkloadSpec
+from consumers import WorkloadSpec
 from orchestration.workloads.health import newest_reports
 
 __all__ = ["TopicProgress", "reported_progress", "still_progress"]

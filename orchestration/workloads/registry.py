@@ -26,11 +26,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from consumers import SpecError, WorkloadSpec, load_spec
 from consumers.config.loading import read_yaml_mapping, spec_files
 from consumers.config.overlaps import LandingOverlap, landing_overlaps, reasons_by_file
 from consumers.config.platform import config_path
-from consumers.config.spec import WorkloadSpec, load_spec, spec_hash
-from consumers.errors import SpecError
+from consumers.config.spec import spec_hash
 
 __all__ = ["InvalidSpec", "RegisteredWorkload", "Registry", "SpecCache", "read_registry"]
 

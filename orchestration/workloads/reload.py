@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
-from consumers.config.spec import WorkloadSpec
+from consumers import WorkloadSpec
 from orchestration import settings
 from orchestration.workloads.cursor import Message
 from orchestration.workloads.registry import Registry

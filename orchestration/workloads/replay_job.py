@@ -32,9 +32,8 @@ from dagster import (
 )
 from pydantic import Field
 
-from consumers.config.spec import WorkloadSpec
+from consumers import LanehouseError, WorkloadSpec
 from consumers.dead_letters.places import replay_workload_dead_letters
-from consumers.errors import LanehouseError
 from orchestration.workloads.finding import find_workload
 from orchestration.workloads.names import (
     REPLAY_RUN_TAG,

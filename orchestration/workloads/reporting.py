@@ -23,10 +23,10 @@ from dagster import (
     TableSchema,
 )
 
-from consumers.config.spec import WorkloadSpec, spec_hash
+from consumers import ConsumerApp, WorkloadSpec
+from consumers.config.spec import spec_hash
 from consumers.landing.sink import LandedFile
 from consumers.landing.totals import DayTotals
-from consumers.service.app import ConsumerApp
 from consumers.service.metrics import WorkloadSnapshot, key_label, workload_snapshot
 from orchestration.lake.landed import LAKE_PARTITIONS, landed_key
 from orchestration.workloads.assets import workload_key

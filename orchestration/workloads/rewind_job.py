@@ -34,8 +34,7 @@ from dagster import (
 )
 from pydantic import Field
 
-from consumers.config.spec import WorkloadSpec
-from consumers.errors import LanehouseError
+from consumers import LanehouseError, WorkloadSpec
 from consumers.rewind.apply import rewind_workload
 from consumers.rewind.kafka import kafka_members
 from consumers.rewind.plan import RewindPlan, RewindRefused

@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 
 from dagster import AssetObservation
 
-from consumers.config.spec import WorkloadSpec
-from consumers.errors import LanehouseError
+from consumers import LanehouseError, WorkloadSpec
 from consumers.scaling.lag import Lag, measure_lag
 from consumers.scaling.policy import ScaleDecision, ScaleState, next_replicas
 from orchestration.workloads.assets import workload_key

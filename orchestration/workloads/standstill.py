@@ -18,8 +18,7 @@ from typing import Any, Final
 
 from dagster import AssetObservation, MetadataValue, TableRecord
 
-from consumers.config.spec import WorkloadSpec
-from consumers.errors import LanehouseError
+from consumers import LanehouseError, WorkloadSpec
 from consumers.scaling.lag import Lag, measure_lag
 from orchestration.workloads.assets import workload_key
 from orchestration.workloads.names import unit_workload

@@ -23,7 +23,7 @@ from pathlib import Path
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from pydantic import BaseModel, ConfigDict
 
-from consumers.config.spec import WorkloadSpec
+from consumers import WorkloadSpec
 from consumers.scaling.lag import Lag, measure_lag
 from consumers.scaling.policy import ScaleState
 from orchestration.workloads.cursor import (

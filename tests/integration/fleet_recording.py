@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from consumers.record import Record
+from consumers import Record
 from tests.integration.recording import append_line, handled
 
 

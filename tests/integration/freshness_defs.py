@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dagster import Definitions
 
-from consumers.config.spec import WorkloadSpec
+from consumers import WorkloadSpec
 from orchestration.platform.catalog import landed_assets
 
 CLICKS = WorkloadSpec.model_validate(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from consumers.record import Record
+from consumers import Record
 
 Place = tuple[int, int]  # (partition, offset)
 

@@ -8,7 +8,7 @@ import asyncio
 import os
 import time
 
-from consumers.record import Record
+from consumers import Record
 from tests.integration.recording import append_line
 
 

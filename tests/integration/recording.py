@@ -17,9 +17,8 @@ import random
 import time
 from typing import TextIO
 
+from consumers import Forward, OutputRecord, Record
 from consumers.engine.tracked import TrackedRecord
-from consumers.outcomes import Forward, OutputRecord
-from consumers.record import Record
 
 _files: dict[str, TextIO] = {}
 

@@ -15,12 +15,12 @@ from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
 import consumers.dev.examples as examples
+from consumers import BrokerError
 from consumers.backends.kafka import committed_offsets
 from consumers.dev.embedded.child import accepts_tcp
 from consumers.dev.embedded.pulsar import PulsarLiteBroker
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
 from consumers.dev.sample import produce_pulsar_sample, produce_sample
-from consumers.errors import BrokerError
 from orchestration.cli import app
 from orchestration.demo.runner import pulsar_unacknowledged
 from tests.backends import assert_all_committed

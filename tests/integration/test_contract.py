@@ -9,12 +9,16 @@ import time
 
 import pytest
 
-from consumers.engine.resolution import RetryPolicy
-from consumers.engine.settings import RunnerSettings
+from consumers import (
+    ConsumerApp,
+    LanehouseError,
+    Record,
+    RetryPolicy,
+    RunnerSettings,
+    Workload,
+    WorkloadSummary,
+)
 from consumers.engine.tracked import TrackedRecord
-from consumers.errors import LanehouseError
-from consumers.record import Record
-from consumers.service.app import ConsumerApp, Workload, WorkloadSummary
 from tests.backends import Backend, MemoryBackend, keyed_stream
 from tests.helpers import until
 

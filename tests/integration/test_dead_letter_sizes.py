@@ -16,14 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from consumers import Record, SinkWriteError, WorkloadSpec, WorkloadSummary, load_spec
 from consumers.config.platform import load_platform_config
-from consumers.config.spec import WorkloadSpec, load_spec
 from consumers.dev.embedded.pulsar import PulsarLiteBroker
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
 from consumers.engine.dead_letter_headers import decode_dead_letter
-from consumers.errors import SinkWriteError
-from consumers.record import Record
-from consumers.service.app import WorkloadSummary
 from consumers.service.launch import build_app
 from tests.backends import PulsarBackend, TansuBackend
 from tests.helpers import free_port

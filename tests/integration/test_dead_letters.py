@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from consumers import BrokerError
 from consumers.backends.kafka import committed_offsets
 from consumers.dead_letters.reading import list_dead_letters
 from consumers.dead_letters.replay import replay_dead_letters, replay_group
 from consumers.dev.embedded.tansu import TansuBroker
 from consumers.engine.dead_letter_headers import HEADER_REPLAY_COUNT
-from consumers.errors import BrokerError
 from orchestration.cli import app
 from tests.integration.dead_letters import (
     CLIENT,

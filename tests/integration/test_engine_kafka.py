@@ -9,13 +9,11 @@ import statistics
 
 import pytest
 
+from consumers import ConsumerApp, Record, RunnerSettings, Workload
 from consumers.backends.kafka import kafka_consumer_factory
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
 from consumers.dev.examples import OrderCheck
 from consumers.dev.sample import produce_sample
-from consumers.engine.settings import RunnerSettings
-from consumers.record import Record
-from consumers.service.app import ConsumerApp, Workload
 from tests.backends import TansuBackend, assert_all_committed, run_sampling_shares
 
 pytestmark = pytest.mark.integration

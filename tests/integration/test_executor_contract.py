@@ -11,11 +11,16 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from consumers import (
+    ConsumerApp,
+    DeadLetterPolicy,
+    RetryPolicy,
+    RunnerSettings,
+    Workload,
+    WorkloadSummary,
+)
 from consumers.engine.dead_letter_headers import DeadLetterInfo, decode_dead_letter
-from consumers.engine.resolution import DeadLetterPolicy, RetryPolicy
-from consumers.engine.settings import RunnerSettings
 from consumers.execution.interceptors import load_interceptor
-from consumers.service.app import ConsumerApp, Workload, WorkloadSummary
 from tests import executor_handlers as h
 from tests.backends import Backend, MemoryBackend, Stored, keyed_stream
 from tests.helpers import until

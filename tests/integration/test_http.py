@@ -21,10 +21,8 @@ import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 
 import consumers.service.http as lh_http
-from consumers.engine.settings import RunnerSettings
+from consumers import ConsumerApp, Record, RunnerSettings, Workload
 from consumers.engine.tap import Tap
-from consumers.record import Record
-from consumers.service.app import ConsumerApp, Workload
 from consumers.service.http import Server, health, serve
 from tests.backends import MemoryBackend
 from tests.helpers import until, wait_until

@@ -6,13 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from consumers.config.spec import load_spec
+from consumers import ConsumerApp, Record, RunnerSettings, SpecError, Workload, load_spec
 from consumers.dev.examples import CORRELATION_ID, CorrelationId
-from consumers.engine.settings import RunnerSettings
-from consumers.errors import SpecError
 from consumers.execution.interceptors import load_interceptor
-from consumers.record import Record
-from consumers.service.app import ConsumerApp, Workload
 from consumers.service.launch import workload_from_spec
 from tests.backends import MemoryBackend
 

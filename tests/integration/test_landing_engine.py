@@ -15,18 +15,16 @@ import pytest
 from confluent_kafka import Consumer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from consumers import DeadLetter, Drop, Land, Record, WorkloadSpec
 from consumers.backends.kafka import committed_offsets, log_end_offsets
 from consumers.backends.pulsar.consumer import pack_pulsar_position
 from consumers.backends.pulsar.probe import unacknowledged
-from consumers.config.spec import WorkloadSpec
 from consumers.dev.embedded.pulsar import (
     PULSAR_TEST_CLIENT_KWARGS,
     PulsarLiteBroker,
     validate_pulsar_topic,
 )
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
-from consumers.outcomes import DeadLetter, Drop, Land
-from consumers.record import Record
 from consumers.service.launch import build_app
 from tests.helpers import until, wait_until
 from tests.integration.processes import finish, source_yaml, start_consumer

@@ -11,12 +11,10 @@ import pytest
 import yaml
 from confluent_kafka import Producer
 
+from consumers import DeadLetter, Forward, Record, load_spec
 from consumers.config.platform import load_platform_config
-from consumers.config.spec import load_spec
 from consumers.dead_letters.places import list_workload_dead_letters, replay_workload_dead_letters
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker, create_topic, start_tansu
-from consumers.outcomes import DeadLetter, Forward
-from consumers.record import Record
 from consumers.service.launch import build_app
 from tests.integration.dead_letters import read_all
 

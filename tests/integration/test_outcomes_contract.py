@@ -8,13 +8,20 @@ import random
 
 import pytest
 
+from consumers import (
+    ConsumerApp,
+    DeadLetterPolicy,
+    DeadLetterRatioExceeded,
+    Drop,
+    Forward,
+    OutputRecord,
+    Record,
+    Retry,
+    RetryPolicy,
+    RunnerSettings,
+    Workload,
+)
 from consumers.engine.dead_letter_headers import decode_dead_letter
-from consumers.engine.resolution import DeadLetterPolicy, RetryPolicy
-from consumers.engine.settings import RunnerSettings
-from consumers.errors import DeadLetterRatioExceeded
-from consumers.outcomes import Drop, Forward, OutputRecord, Retry
-from consumers.record import Record
-from consumers.service.app import ConsumerApp, Workload
 from tests.backends import Backend, MemoryBackend, keyed_stream
 from tests.helpers import until
 

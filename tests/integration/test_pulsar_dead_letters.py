@@ -8,14 +8,19 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from consumers import (
+    ConsumerApp,
+    DeadLetterPolicy,
+    Record,
+    RetryPolicy,
+    RunnerSettings,
+    Workload,
+    WorkloadSummary,
+)
 from consumers.dead_letters.pulsar_reading import list_pulsar_dead_letters
 from consumers.dead_letters.pulsar_replay import replay_pulsar_dead_letters
 from consumers.dev.embedded.pulsar import PulsarLiteBroker
 from consumers.engine.dead_letter_headers import HEADER_REPLAY_COUNT
-from consumers.engine.resolution import DeadLetterPolicy, RetryPolicy
-from consumers.engine.settings import RunnerSettings
-from consumers.record import Record
-from consumers.service.app import ConsumerApp, Workload, WorkloadSummary
 from orchestration.cli import app
 from tests.backends import PulsarBackend
 from tests.integration.dead_letters import HOUR_MS, Dead, now_ms, write_pulsar

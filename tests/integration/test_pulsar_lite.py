@@ -17,6 +17,7 @@ import psutil  # type: ignore[import-untyped]  # no stubs installed
 import pulsar
 import pytest
 
+from consumers import BrokerError
 from consumers.dev.embedded import pulsar as embedded_pulsar
 from consumers.dev.embedded.pulsar import (
     PULSAR_TEST_CLIENT_KWARGS,
@@ -25,7 +26,6 @@ from consumers.dev.embedded.pulsar import (
     start_pulsar_lite,
     validate_pulsar_topic,
 )
-from consumers.errors import BrokerError
 from tests.helpers import wait_until
 from tests.integration.platform_up import listeners
 

@@ -15,7 +15,7 @@ from typing import Any
 import pulsar
 import pytest
 
-from consumers.backends.base import DeliveryError
+from consumers import BrokerError, ConsumerApp, DeliveryError, Record, RunnerSettings, Workload
 from consumers.backends.metadata import encode_done
 from consumers.backends.pulsar.client import PulsarSettings
 from consumers.backends.pulsar.consumer import (
@@ -28,10 +28,6 @@ from consumers.dev.embedded.child import free_port
 from consumers.dev.embedded.pulsar import PulsarLiteBroker, start_pulsar_lite
 from consumers.dev.embedded.tansu import TansuBroker
 from consumers.dev.sample import produce_sample
-from consumers.engine.settings import RunnerSettings
-from consumers.errors import BrokerError
-from consumers.record import Record
-from consumers.service.app import ConsumerApp, Workload
 from tests.backends import (
     PulsarBackend,
     TansuBackend,

@@ -8,10 +8,9 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from consumers import Record, WorkloadSpec
 from consumers.backends.kafka import committed_offsets
-from consumers.config.spec import WorkloadSpec
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
-from consumers.record import Record
 from consumers.scaling import LagUnavailable, measure_lag
 
 pytestmark = pytest.mark.integration

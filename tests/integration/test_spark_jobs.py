@@ -21,8 +21,8 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.testing import assertSchemaEqual
 
+from consumers import SourceIdentity
 from consumers.landing.files import LandedRow, landed_path, write_landed
-from consumers.record import SourceIdentity
 from orchestration.demo import events as demo_events
 from orchestration.demo.events import DemoRecord, Stream, expected_per_day, generate
 from spark_jobs import (

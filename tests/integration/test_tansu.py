@@ -18,6 +18,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
+from consumers import BrokerError
 from consumers.dev.embedded import tansu
 from consumers.dev.embedded.child import accepts_tcp
 from consumers.dev.embedded.tansu import (
@@ -27,7 +28,6 @@ from consumers.dev.embedded.tansu import (
     start_tansu,
 )
 from consumers.dev.sample import produce_sample
-from consumers.errors import BrokerError
 from orchestration.cli import app
 from tests.conftest import TopicFactory
 from tests.helpers import free_port, wait_until

@@ -23,8 +23,7 @@ import pytest
 from dagster import AssetObservation
 from pydantic import SecretStr
 
-from consumers.config.spec import WorkloadSpec
-from consumers.service.app import ConsumerApp
+from consumers import ConsumerApp, WorkloadSpec
 from consumers.service.tap_access import TOKEN_ENV
 from orchestration.workloads.endpoints import HTTP_TAG, TAP_TAG, run_endpoints
 from orchestration.workloads.reporting import Reporter

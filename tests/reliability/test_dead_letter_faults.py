@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from consumers import Record
 from consumers.backends.kafka import committed_offsets, log_end_offsets
 from consumers.dev.embedded.tansu import TansuBroker
 from consumers.dev.sample import produce_sample
-from consumers.record import Record
 from tests.backends import TansuBackend
 from tests.integration.processes import finish, source_yaml, start_consumer
 from tests.integration.recording import record

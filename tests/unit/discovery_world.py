@@ -13,7 +13,8 @@ from typing import Any
 
 from dagster import DagsterRunStatus
 
-from consumers.config.spec import WorkloadSpec, spec_hash
+from consumers import WorkloadSpec
+from consumers.config.spec import spec_hash
 from orchestration.workloads.cursor import (
     DiscoveryState,
     Launch,

@@ -11,11 +11,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from consumers import KafkaCluster, PlatformConfig, SpecError, WorkloadSpec, load_spec, load_specs
 from consumers.backends.routing import RoutedProducer, routed_producer_factory
-from consumers.config.clusters import KafkaCluster
-from consumers.config.platform import PlatformConfig, load_platform_config
-from consumers.config.spec import WorkloadSpec, load_spec, load_specs, spec_hash
-from consumers.errors import SpecError
+from consumers.config.platform import load_platform_config
+from consumers.config.spec import spec_hash
 from consumers.service.launch import sink_producer_factory
 from orchestration.cli import app
 from orchestration.workloads.registry import SpecCache, read_registry

@@ -9,12 +9,17 @@ import time
 
 import pytest
 
-from consumers.engine.resolution import DeadLetterPolicy, RetryPolicy
-from consumers.engine.settings import RunnerSettings
-from consumers.errors import SinkWriteError
-from consumers.outcomes import Forward, OutputRecord
-from consumers.record import Record
-from consumers.service.app import ConsumerApp, Workload
+from consumers import (
+    ConsumerApp,
+    DeadLetterPolicy,
+    Forward,
+    OutputRecord,
+    Record,
+    RetryPolicy,
+    RunnerSettings,
+    SinkWriteError,
+    Workload,
+)
 from tests.backends import MemoryBackend
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from consumers.config.spec import WorkloadSpec
+from consumers import WorkloadSpec
 
 pytestmark = pytest.mark.unit
 

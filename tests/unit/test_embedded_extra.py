@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from consumers.config.spec import load_specs
+from consumers import BrokerError, load_specs
 from consumers.dev.embedded.child import EMBEDDED_EXTRA
 from consumers.dev.embedded.pulsar import pulsar_lite_binary
 from consumers.dev.embedded.tansu import tansu_binary
-from consumers.errors import BrokerError
 from orchestration.cli import app
 
 pytestmark = pytest.mark.unit

@@ -9,12 +9,12 @@ import time
 
 import pytest
 
+from consumers import Record
 from consumers.clock import RealClock
 from consumers.engine.caller import HandlerCaller
 from consumers.engine.counters import WorkloadCounters
 from consumers.engine.workers import Worker
 from consumers.execution.inline import LIMIT, PROVE_CALLS
-from consumers.record import Record
 
 pytestmark = pytest.mark.unit
 

@@ -8,9 +8,8 @@ from collections.abc import Mapping
 
 import pytest
 
+from consumers import BrokerError, SourceIdentity, TopicMissing, TopicReplaced
 from consumers.engine.incarnations import IncarnationWatch
-from consumers.errors import BrokerError, TopicMissing, TopicReplaced
-from consumers.record import SourceIdentity
 
 pytestmark = pytest.mark.unit
 

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from consumers.backends.base import MessageLike, PartitionKey, PlainMessage
+from consumers import MessageLike, Record
+from consumers.backends.base import PartitionKey, PlainMessage
 from consumers.engine.counters import WorkloadCounters
 from consumers.engine.crashes import SUSPECT_LANE, Mark, Suspect
 from consumers.engine.intake import Intake
 from consumers.engine.lanes import lane_router
 from consumers.engine.partition import PartitionState
 from consumers.engine.ready import ReadyLanes
-from consumers.record import Record
 
 pytestmark = pytest.mark.unit
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from consumers import SourceIdentity
 from consumers.landing.files import LandedRow, landed_path, write_landed
 from consumers.landing.sink import LandedFile
 from consumers.landing.totals import DayTotals
-from consumers.record import SourceIdentity
 from orchestration.workloads.reporting import landed_materializations
 
 pytestmark = pytest.mark.unit

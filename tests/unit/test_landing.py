@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from consumers import LandingSettings, SourceIdentity
 from consumers.clock import ManualClock
 from consumers.landing.files import (
     LandedRow,
@@ -19,8 +20,7 @@ from consumers.landing.files import (
     remove_stale_temporaries,
 )
 from consumers.landing.positions import INDEX_DIR
-from consumers.landing.sink import LandingSettings, LandingSink
-from consumers.record import SourceIdentity
+from consumers.landing.sink import LandingSink
 from tests.helpers import until
 
 pytestmark = pytest.mark.unit

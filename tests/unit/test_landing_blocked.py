@@ -15,11 +15,10 @@ from typing import Any
 import pytest
 
 import consumers.landing.files as files_module
+from consumers import ConsumerApp, LandingError
 from consumers.backends.memory import MemoryBroker, MemoryConsumer
-from consumers.errors import LandingError
 from consumers.landing.files import write_landed
 from consumers.landing.gates import MAX_RETRY
-from consumers.service.app import ConsumerApp
 from tests.helpers import until
 from tests.landing import every_offset_once, memory_landing, per_offset, visible
 from tests.unit.test_landing import SOURCE, Harness, row

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
+from consumers import SpecError, WorkloadSpec, load_specs
 from consumers.config.overlaps import landing_overlaps
-from consumers.config.spec import WorkloadSpec, load_specs, spec_hash
-from consumers.errors import SpecError
+from consumers.config.spec import spec_hash
 from orchestration.workloads.registry import read_registry
 
 pytestmark = pytest.mark.unit

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from consumers import SourceIdentity
 from consumers.landing.files import (
     LandedRow,
     clear_from,
@@ -20,7 +21,6 @@ from consumers.landing.files import (
     write_landed,
 )
 from consumers.landing.positions import HEADROOM, PositionIndex, index_dir, read_bounds
-from consumers.record import SourceIdentity
 
 pytestmark = pytest.mark.unit
 

@@ -9,12 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from consumers import ConsumerApp, DamagedFile, SourceIdentity
 from consumers.backends.memory import MemoryBroker
-from consumers.errors import DamagedFile
 from consumers.landing.files import LandedRow, landed_path, trim_from, write_landed
 from consumers.landing.quarantine import QUARANTINE_DIR, move_aside, quarantined
-from consumers.record import SourceIdentity
-from consumers.service.app import ConsumerApp
 from tests.landing import every_offset_once, memory_landing, per_offset, visible
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]

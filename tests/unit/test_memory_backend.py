@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from consumers import BrokerError
 from consumers.backends.base import NO_OFFSET, CommitOffset, PartitionKey
 from consumers.backends.memory import MemoryBroker, MemoryConsumer
-from consumers.errors import BrokerError
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.unit

@@ -8,11 +8,9 @@ import asyncio
 
 import pytest
 
+from consumers import ConsumerApp, Record, RunnerSettings, Workload
 from consumers.backends.base import CommitResult, PartitionKey
 from consumers.backends.memory import MemoryBroker, MemoryConsumer
-from consumers.engine.settings import RunnerSettings
-from consumers.record import Record
-from consumers.service.app import ConsumerApp, Workload
 from consumers.service.metrics import workload_snapshot
 from tests.helpers import until
 

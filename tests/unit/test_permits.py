@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from consumers.permits.pool import LocalPermitPool, PermitClient
+from consumers import LocalPermitPool, PermitClient
 
 pytestmark = pytest.mark.unit
 

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from consumers.config.platform import PlatformConfig, load_platform_config
-from consumers.errors import LanehouseError, SpecError
-from consumers.permits.pool import LocalPermitPool
+from consumers import LanehouseError, LocalPermitPool, PlatformConfig, SpecError
+from consumers.config.platform import load_platform_config
 from consumers.permits.shared import SharedPermitPool
 from consumers.service.launch import pool_factory
 

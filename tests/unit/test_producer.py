@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from consumers.backends.base import DeliveryError, delivery_failure
+from consumers import DeliveryError
+from consumers.backends.base import delivery_failure
 from consumers.engine.producer import AckedProducer
 from tests.helpers import until
 

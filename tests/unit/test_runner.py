@@ -14,17 +14,13 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from consumers import LanehouseError, LocalPermitPool, Record, RetryPolicy, RunnerSettings
 from consumers.backends.base import CommitOffset, PartitionKey
 from consumers.backends.metadata import decode_done, encode_done
 from consumers.clock import ManualClock
 from consumers.engine.commands import PlannedCommit
 from consumers.engine.partition import PartitionState
-from consumers.engine.resolution import RetryPolicy
 from consumers.engine.runner import WorkloadRunner
-from consumers.engine.settings import RunnerSettings
-from consumers.errors import LanehouseError
-from consumers.permits.pool import LocalPermitPool
-from consumers.record import Record
 from tests.helpers import until
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(10)]

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from consumers.config.replicas import Replicas
+from consumers import Replicas
 from consumers.scaling import UP_WAIT, Lag, ScaleDecision, ScaleState, next_replicas
 
 pytestmark = pytest.mark.unit

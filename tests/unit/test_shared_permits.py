@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from consumers.permits.pool import PermitClient
+from consumers import PermitClient
 from consumers.permits.shared import SharedPermitPool
 from consumers.permits.store import LeaseReport, PermitStore, PermitStoreError, Renewal
 from tests.helpers import until

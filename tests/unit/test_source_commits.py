@@ -14,21 +14,25 @@ from collections.abc import Sequence
 
 import pytest
 
+from consumers import (
+    BrokerError,
+    ConsumerApp,
+    FinalCommitFailed,
+    MessageLike,
+    Record,
+    RunnerSettings,
+    Workload,
+)
 from consumers.backends.base import (
     NO_OFFSET,
     CommitOffset,
     CommitResult,
-    MessageLike,
     PartitionKey,
     PlainMessage,
     Rebalance,
 )
 from consumers.backends.memory import MemoryBroker, MemoryConsumer
 from consumers.engine.commands import PlannedCommit, SourceCommands
-from consumers.engine.settings import RunnerSettings
-from consumers.errors import BrokerError, FinalCommitFailed
-from consumers.record import Record
-from consumers.service.app import ConsumerApp, Workload
 from tests.helpers import until
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(20)]

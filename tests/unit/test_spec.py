@@ -13,9 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import SecretStr, ValidationError
 
+from consumers import SpecError, WorkloadSpec, load_spec, load_specs
 from consumers.config.loading import interpolate, parse_duration, read_yaml_mapping
-from consumers.config.spec import WorkloadSpec, load_spec, load_specs, resolve_handler, spec_hash
-from consumers.errors import SpecError
+from consumers.config.spec import resolve_handler, spec_hash
 from tests import handlers
 
 pytestmark = pytest.mark.unit

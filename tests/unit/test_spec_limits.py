@@ -16,9 +16,8 @@ import pytest
 from dagster import instance_for_test
 from typer.testing import CliRunner
 
+from consumers import SpecError, load_spec
 from consumers.config.loading import MAX_SPEC_BYTES, MAX_SUBSTITUTED
-from consumers.config.spec import load_spec
-from consumers.errors import SpecError
 from orchestration.cli import app
 from orchestration.workloads.finding import find_workload
 from orchestration.workloads.registry import read_registry

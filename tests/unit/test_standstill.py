@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.config.spec import WorkloadSpec
+from consumers import WorkloadSpec
 from consumers.scaling.lag import Lag, LagUnavailable, PartitionLag
 from orchestration.workloads.standstill import (
     figures_of_all,

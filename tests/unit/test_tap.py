@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
+from consumers import Record
 from consumers.engine.tap import Tap
-from consumers.record import Record
 
 pytestmark = pytest.mark.unit
 

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from consumers import OutputRecord, Record
 from consumers.engine.partition import PartitionState
 from consumers.engine.tracked import TrackedRecord
-from consumers.outcomes import OutputRecord
-from consumers.record import Record
 
 pytestmark = pytest.mark.unit
 

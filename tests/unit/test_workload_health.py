@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from consumers.config.spec import WorkloadSpec, load_spec
+from consumers import WorkloadSpec, load_spec
 from consumers.engine.valve import ValveWindow
 from orchestration import settings
 from orchestration.workloads import reload
