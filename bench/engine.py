@@ -64,7 +64,11 @@ from bench.check import Check, seq_of
 from bench.cpu import burn_record
 from bench.peers.venvs import peer_python
 from consumers import ConsumerApp, LocalPermitPool, Record, RetryPolicy, RunnerSettings, Workload
-from consumers.backends.kafka import CONSUMER_DEFAULTS, ENGINE_OWNED, kafka_consumer_factory
+from consumers.backends.kafka.consumer import (
+    CONSUMER_DEFAULTS,
+    ENGINE_OWNED,
+    kafka_consumer_factory,
+)
 from consumers.config.pulsar_options import validate_pulsar_topic
 from consumers.dev.embedded.child import BrokerProcess
 from consumers.dev.embedded.tansu import start_tansu

@@ -320,7 +320,7 @@ def main() -> int:
 
     import confluent_kafka
 
-    from consumers.backends.kafka import log_end_offsets
+    from consumers.backends.kafka.consumer import log_end_offsets
     from consumers.dev.embedded.tansu import start_tansu
     from consumers.dev.sample import produce_sample
 

@@ -25,7 +25,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 
 from consumers import ConsumerApp, WorkloadSummary
 from consumers.backends.base import ProducerFactory
-from consumers.backends.kafka import (
+from consumers.backends.kafka.consumer import (
     committed_offsets,
     kafka_consumer_factory,
     kafka_producer_factory,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from consumers.backends.kafka import ENGINE_OWNED
+from consumers.backends.kafka.consumer import ENGINE_OWNED
 from consumers.config.clusters import servers
 from consumers.config.pulsar_options import CLIENT_OPTIONS as PULSAR_CLIENT_OPTIONS
 from consumers.config.sources import KafkaSourceSpec, reveal

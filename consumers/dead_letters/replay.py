@@ -30,7 +30,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from consumers.backends.kafka import ENGINE_OWNED, producer_properties
+from consumers.backends.kafka.consumer import ENGINE_OWNED, producer_properties
 from consumers.config.spec import WorkloadSpec
 from consumers.dead_letters.reading import (
     POLL,

@@ -4,7 +4,7 @@ Positions come from ``offsets_for_times``, checked against the records on each s
 answer; where the broker's answer does not hold (Tansu answers 0 for every time) the partition is
 read once to find the first record at or after the time. Log ends are found by reading to the
 end from the broker's claimed high watermark (wrong on Tansu, see docs/operations.md). The
-reading is :class:`consumers.backends.kafka_reader.PartitionReader`'s, which joins no group.
+reading is :class:`consumers.backends.kafka.reader.PartitionReader`'s, which joins no group.
 
 A group with live members is refused: a member would commit its own positions over the new
 ones. Under Dagster the rewind job stops the workload's runs first.
@@ -25,8 +25,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from consumers.backends.kafka import kafka_identities, producer_properties
-from consumers.backends.kafka_reader import Key, PartitionReader
+from consumers.backends.kafka.consumer import kafka_identities, producer_properties
+from consumers.backends.kafka.reader import Key, PartitionReader
 from consumers.config.sources import KafkaSourceSpec
 from consumers.config.spec import WorkloadSpec
 from consumers.errors import BrokerError

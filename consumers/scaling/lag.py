@@ -6,7 +6,7 @@ record at the committed offset: ``now`` minus its timestamp. The age is what aut
 targets (:mod:`consumers.scaling.policy`): unlike a record count it means the same at ten records
 a second and at ten thousand.
 
-The reading (:class:`~consumers.backends.kafka_reader.PartitionReader`) joins no group and
+The reading (:class:`~consumers.backends.kafka.reader.PartitionReader`) joins no group and
 commits nothing, so measuring never disturbs the workload's members; it reads one record per
 partition. On Tansu the log end comes from the fetch response's high watermark, as the broker's
 watermark queries are wrong there. One ``timeout`` bounds the whole measurement; past it, or on
@@ -24,8 +24,8 @@ from typing import Final
 
 from confluent_kafka import OFFSET_BEGINNING
 
-from consumers.backends.kafka import CONSUMER_DEFAULTS
-from consumers.backends.kafka_reader import Head, Key, PartitionReader
+from consumers.backends.kafka.consumer import CONSUMER_DEFAULTS
+from consumers.backends.kafka.reader import Head, Key, PartitionReader
 from consumers.config.sources import KafkaSourceSpec
 from consumers.config.spec import WorkloadSpec
 from consumers.errors import BrokerError, LanehouseError

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from consumers.backends.base import Backend, ProducerFactory
-from consumers.backends.kafka import kafka_backend, kafka_producer_factory
+from consumers.backends.kafka.consumer import kafka_backend, kafka_producer_factory
 from consumers.backends.routing import routed_producer_factory
 from consumers.config.clusters import ProducerTarget
 from consumers.config.loading import default_lake, import_callable, state_dir

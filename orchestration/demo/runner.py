@@ -42,7 +42,7 @@ from consumers import (
     WorkloadSummary,
     load_spec,
 )
-from consumers.backends.kafka import committed_offsets, log_end_offsets
+from consumers.backends.kafka.consumer import committed_offsets, log_end_offsets
 from consumers.config.platform import default_platform_config
 from consumers.dev.embedded.pulsar import start_pulsar_lite
 from consumers.dev.embedded.tansu import start_tansu

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 import consumers.dev.examples as examples
 from consumers import BrokerError
-from consumers.backends.kafka import committed_offsets
+from consumers.backends.kafka.consumer import committed_offsets
 from consumers.dev.embedded.child import accepts_tcp
 from consumers.dev.embedded.pulsar import PulsarLiteBroker
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker

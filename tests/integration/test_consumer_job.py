@@ -34,7 +34,7 @@ from dagster import (
     instance_for_test,
 )
 
-from consumers.backends.kafka import committed_offsets
+from consumers.backends.kafka.consumer import committed_offsets
 from consumers.dev.embedded.tansu import TansuBroker, create_topic
 from consumers.dev.sample import produce_sample
 from orchestration.workloads import job as consumer_job_module

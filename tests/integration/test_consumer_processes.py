@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from consumers.backends.kafka import committed_offsets
+from consumers.backends.kafka.consumer import committed_offsets
 from consumers.dev.embedded.tansu import TansuBroker
 from consumers.dev.sample import produce_sample
 from tests.backends import assert_all_committed

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from consumers import BrokerError
-from consumers.backends.kafka import committed_offsets
+from consumers.backends.kafka.consumer import committed_offsets
 from consumers.dead_letters.reading import list_dead_letters
 from consumers.dead_letters.replay import replay_dead_letters, replay_group
 from consumers.dev.embedded.tansu import TansuBroker

@@ -10,7 +10,7 @@ import statistics
 import pytest
 
 from consumers import ConsumerApp, Record, RunnerSettings, Workload
-from consumers.backends.kafka import kafka_consumer_factory
+from consumers.backends.kafka.consumer import kafka_consumer_factory
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
 from consumers.dev.examples import OrderCheck
 from consumers.dev.sample import produce_sample

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from consumers import DeadLetter, Drop, Land, Record, WorkloadSpec
-from consumers.backends.kafka import committed_offsets, log_end_offsets
+from consumers.backends.kafka.consumer import committed_offsets, log_end_offsets
 from consumers.backends.pulsar.consumer import pack_pulsar_position
 from consumers.backends.pulsar.probe import unacknowledged
 from consumers.dev.embedded.pulsar import (

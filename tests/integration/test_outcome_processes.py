@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from consumers.backends.kafka import committed_offsets
+from consumers.backends.kafka.consumer import committed_offsets
 from consumers.dev.embedded.tansu import TansuBroker
 from consumers.dev.sample import produce_sample
 from consumers.engine.dead_letter_headers import decode_dead_letter

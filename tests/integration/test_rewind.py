@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, Producer
 from typer.testing import CliRunner
 
 from consumers import Record, WorkloadSpec
-from consumers.backends.kafka import committed_offsets
+from consumers.backends.kafka.consumer import committed_offsets
 from consumers.dev.embedded.pulsar import PulsarLiteBroker, validate_pulsar_topic
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
 from consumers.rewind.apply import rewind_workload

@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from consumers import Record, WorkloadSpec
-from consumers.backends.kafka import committed_offsets
+from consumers.backends.kafka.consumer import committed_offsets
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
 from consumers.scaling import LagUnavailable, measure_lag
 

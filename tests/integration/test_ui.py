@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from dagster import DagsterInstance
 
-from consumers.backends.kafka import committed_offsets, log_end_offsets
+from consumers.backends.kafka.consumer import committed_offsets, log_end_offsets
 from consumers.dev.sample import produce_sample
 from orchestration.workloads.assets import LAG_CHECK, workload_key
 from tests.helpers import wait_until

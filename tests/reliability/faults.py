@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from consumers.backends.kafka import committed_offsets, log_end_offsets
+from consumers.backends.kafka.consumer import committed_offsets, log_end_offsets
 from consumers.dev.embedded.tansu import TansuBroker
 from consumers.dev.sample import produce_sample
 from tests.backends import TansuBackend

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Producer
 
 from consumers import Record
-from consumers.backends.kafka import committed_offsets, log_end_offsets
+from consumers.backends.kafka.consumer import committed_offsets, log_end_offsets
 from consumers.dev.embedded.tansu import TansuBroker
 from consumers.dev.sample import produce_sample
 from tests.backends import TansuBackend

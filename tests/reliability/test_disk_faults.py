@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from consumers.backends.kafka import committed_offsets, log_end_offsets
+from consumers.backends.kafka.consumer import committed_offsets, log_end_offsets
 from consumers.dev.embedded.tansu import TansuBroker
 from consumers.dev.sample import produce_sample
 from tests.helpers import wait_until

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from consumers.backends.kafka import committed_offsets, log_end_offsets
+from consumers.backends.kafka.consumer import committed_offsets, log_end_offsets
 from consumers.dev.embedded.tansu import TansuBroker
 from tests.helpers import wait_until
 from tests.integration.processes import lines, start_consumer, write_spec

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from consumers.backends.kafka import committed_offsets, log_end_offsets
+from consumers.backends.kafka.consumer import committed_offsets, log_end_offsets
 from consumers.dev.embedded.tansu import create_topic
 from tests.helpers import wait_until
 from tests.integration.processes import lines, write_spec

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from consumers.backends.kafka import committed_offsets, log_end_offsets
+from consumers.backends.kafka.consumer import committed_offsets, log_end_offsets
 from consumers.dev.embedded.tansu import TansuBroker, create_topic
 from consumers.dev.sample import produce_sample
 from tests.helpers import free_port, wait_until

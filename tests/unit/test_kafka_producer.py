@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from consumers.backends.kafka import kafka_producer_factory
-from consumers.backends.kafka_producer import KafkaProducer, record_limit
+from consumers.backends.kafka.consumer import kafka_producer_factory
+from consumers.backends.kafka.producer import KafkaProducer, record_limit
 
 pytestmark = pytest.mark.unit
 

@@ -33,7 +33,7 @@ from consumers.backends.base import (
     ProducerLike,
     Rebalance,
 )
-from consumers.backends.kafka_producer import KafkaProducer, record_limit
+from consumers.backends.kafka.producer import KafkaProducer, record_limit
 from consumers.errors import BrokerError, TopicMissing
 from consumers.record import SourceIdentity
 
