@@ -1,10 +1,9 @@
 """Which dead letters ``lanehouse dead-letters list|replay`` take, whatever the broker.
 
-The Kafka (:mod:`~consumers.dead_letters.reading`, :mod:`~consumers.dead_letters.replay`) and
-Pulsar (:mod:`~consumers.dead_letters.pulsar_reading`, :mod:`~consumers.dead_letters.pulsar_replay`)
-modules only read and write records; this module decides what a record is and what happens to
-it: decoding its ``lanehouse.*`` headers, the workload and ``--since`` filters, ``--limit``, the
-replay guard (``max_replays``) and the summary of a replay.
+The brokers' stores (:mod:`consumers.backends.admin`) only read and write records; this module
+decides what a record is and what happens to it: decoding its ``lanehouse.*`` headers, the
+workload and ``--since`` filters, ``--limit``, the replay guard (``max_replays``) and the
+summary of a replay.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from consumers.backends.admin import StoredRecord
 from consumers.config.loading import parse_duration
 from consumers.engine.dead_letter_headers import DeadLetterInfo, decode_dead_letter
 
@@ -68,6 +68,20 @@ def entry_from(
         log.warning("%s%s is not a readable dead letter: %s", topic, where, exc)
         return None
     return DeadLetterEntry(partition, offset, timestamp_ms, key, value, info, message_id)
+
+
+def entry_of(topic: str, record: StoredRecord) -> DeadLetterEntry | None:
+    """A stored record of ``topic`` as a dead letter, or ``None`` (logged) when unreadable."""
+    return entry_from(
+        topic,
+        record.partition,
+        record.position,
+        timestamp_ms=record.timestamp_ms,
+        key=record.key,
+        value=record.value,
+        headers=record.headers,
+        message_id=record.message_id,
+    )
 
 
 def listed(entry: DeadLetterEntry, workload: str, since_ms: int | None) -> bool:

@@ -9,8 +9,10 @@ from typer.testing import CliRunner
 
 from consumers import BrokerError
 from consumers.backends.kafka.consumer import committed_offsets
-from consumers.dead_letters.reading import list_dead_letters
-from consumers.dead_letters.replay import replay_dead_letters, replay_group
+from consumers.backends.kafka.dead_letters import KafkaDeadLetters
+from consumers.dead_letters.listing import list_dead_letters
+from consumers.dead_letters.replay import replay_dead_letters
+from consumers.dead_letters.selection import replay_group
 from consumers.dev.embedded.tansu import TansuBroker
 from consumers.engine.dead_letter_headers import HEADER_REPLAY_COUNT
 from orchestration.cli import app
@@ -47,7 +49,7 @@ def test_list_filters_by_workload_and_since(kafka_broker: TansuBroker, topic_fac
         raw=(b"not a dead letter",),
     )
 
-    entries = list_dead_letters(bootstrap, dlq, "orders", client_config=CLIENT)
+    entries = list_dead_letters(KafkaDeadLetters(bootstrap, CLIENT), dlq, "orders")
     # DLQ order: partition, then offset; other workloads and unreadable records left out.
     assert [(e.partition, e.offset, e.key) for e in entries] == [
         (0, 1, b"o2"),
@@ -69,15 +71,19 @@ def test_list_filters_by_workload_and_since(kafka_broker: TansuBroker, topic_fac
     assert first.info.original_headers == (("trace", b"t1"),)
     assert first.timestamp_ms is not None
 
-    recent = list_dead_letters(bootstrap, dlq, "orders", since_ms=now - HOUR_MS)
+    recent = list_dead_letters(KafkaDeadLetters(bootstrap), dlq, "orders", since_ms=now - HOUR_MS)
     assert [e.key for e in recent] == [b"o2", b"o4"]
-    assert [e.key for e in list_dead_letters(bootstrap, dlq, "orders", limit=3)] == [
+    assert [
+        e.key for e in list_dead_letters(KafkaDeadLetters(bootstrap), dlq, "orders", limit=3)
+    ] == [
         b"o2",
         None,
         b"o1",
     ]
-    assert [e.key for e in list_dead_letters(bootstrap, dlq, "payments")] == [b"p1"]
-    assert list_dead_letters(bootstrap, dlq, "nobody") == []
+    assert [e.key for e in list_dead_letters(KafkaDeadLetters(bootstrap), dlq, "payments")] == [
+        b"p1"
+    ]
+    assert list_dead_letters(KafkaDeadLetters(bootstrap), dlq, "nobody") == []
     # Listing commits nothing.
     assert committed_offsets(bootstrap, "lanehouse.orders.dlq-list", dlq, 2) == {
         0: -1001,
@@ -113,7 +119,7 @@ def test_replay_republishes_this_workloads_letters_once(
         raw=(b"not a dead letter",),
     )
 
-    summary = replay_dead_letters(bootstrap, dlq, "orders", target, client_config=CLIENT)
+    summary = replay_dead_letters(KafkaDeadLetters(bootstrap, CLIENT), dlq, "orders", target)
     assert (summary.replayed, summary.exhausted, summary.skipped_other_workloads) == (3, 0, 2)
     assert (summary.skipped_older, summary.malformed) == (0, 1)
 
@@ -128,13 +134,13 @@ def test_replay_republishes_this_workloads_letters_once(
     # The group recorded everything it read; a second run finds nothing new.
     group = replay_group("orders")
     assert committed_offsets(bootstrap, group, dlq, 2) == {0: 4, 1: 2}  # the log ends
-    again = replay_dead_letters(bootstrap, dlq, "orders", target, client_config=CLIENT)
+    again = replay_dead_letters(KafkaDeadLetters(bootstrap, CLIENT), dlq, "orders", target)
     assert (again.replayed, again.skipped_other_workloads, again.malformed) == (0, 0, 0)
     assert len(read_all(bootstrap, target, 2)) == 3
 
     # A new dead letter is the only one the next run republishes.
     write(bootstrap, dlq, [Dead("orders", b"o5", b"v5", target, 0, 13, dlq_partition=1)])
-    third = replay_dead_letters(bootstrap, dlq, "orders", target, client_config=CLIENT)
+    third = replay_dead_letters(KafkaDeadLetters(bootstrap, CLIENT), dlq, "orders", target)
     assert (third.replayed, third.skipped_other_workloads) == (1, 0)
     assert sorted(r[2] for r in read_all(bootstrap, target, 2)) == [b"v1", b"v2", b"v3", b"v5"]
 
@@ -157,7 +163,7 @@ def test_replay_guard_limit_and_since(kafka_broker: TansuBroker, topic_factory) 
 
     since = now - HOUR_MS
     first = replay_dead_letters(
-        bootstrap, dlq, "orders", target, limit=2, since_ms=since, client_config=CLIENT
+        KafkaDeadLetters(bootstrap, CLIENT), dlq, "orders", target, limit=2, since_ms=since
     )
     # The old one is passed over; the one replayed 3 times is reported, not republished.
     assert (first.replayed, first.exhausted, first.skipped_older) == (1, 1, 1)
@@ -171,7 +177,7 @@ def test_replay_guard_limit_and_since(kafka_broker: TansuBroker, topic_factory) 
 
     # The limit stopped it after two: the next run continues with the rest.
     rest = replay_dead_letters(
-        bootstrap, dlq, "orders", target, max_replays=3, client_config=CLIENT
+        KafkaDeadLetters(bootstrap, CLIENT), dlq, "orders", target, max_replays=3
     )
     assert (rest.replayed, rest.exhausted, rest.skipped_older) == (1, 0, 0)
     assert [r[1] for r in read_all(bootstrap, target, 1)] == [b"twice", b"fresh"]
@@ -192,11 +198,14 @@ def test_a_failed_batch_is_not_committed_and_the_rerun_republishes_it(
     # The producer refuses the second record; the first may already be out.
     with pytest.raises(BrokerError, match="cannot republish"):
         replay_dead_letters(
-            bootstrap, dlq, "orders", target, client_config={**CLIENT, "message.max.bytes": 2000}
+            KafkaDeadLetters(bootstrap, {**CLIENT, "message.max.bytes": 2000}),
+            dlq,
+            "orders",
+            target,
         )
     assert committed_offsets(bootstrap, replay_group("orders"), dlq, 1) == {0: -1001}
 
-    summary = replay_dead_letters(bootstrap, dlq, "orders", target, client_config=CLIENT)
+    summary = replay_dead_letters(KafkaDeadLetters(bootstrap, CLIENT), dlq, "orders", target)
     assert summary.replayed == 2
     keys = [r[1] for r in read_all(bootstrap, target, 1)]
     assert keys in ([b"small", b"big"], [b"small", b"small", b"big"])  # at-least-once
@@ -205,9 +214,11 @@ def test_a_failed_batch_is_not_committed_and_the_rerun_republishes_it(
 def test_missing_topics_are_clear_errors(kafka_broker: TansuBroker, topic_factory) -> None:
     dlq = topic_factory(1)
     with pytest.raises(BrokerError, match="dead-letter topic 'no-such-dlq' does not exist"):
-        list_dead_letters(kafka_broker.bootstrap, "no-such-dlq", "orders", client_config=CLIENT)
+        list_dead_letters(KafkaDeadLetters(kafka_broker.bootstrap, CLIENT), "no-such-dlq", "orders")
     with pytest.raises(BrokerError, match="target topic 'no-such-target' does not exist"):
-        replay_dead_letters(kafka_broker.bootstrap, dlq, "orders", "no-such-target")
+        replay_dead_letters(
+            KafkaDeadLetters(kafka_broker.bootstrap), dlq, "orders", "no-such-target"
+        )
 
 
 def test_cli_list_and_replay(kafka_broker: TansuBroker, topic_factory, tmp_path: Path) -> None:

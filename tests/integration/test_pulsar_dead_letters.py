@@ -17,8 +17,9 @@ from consumers import (
     Workload,
     WorkloadSummary,
 )
-from consumers.dead_letters.pulsar_reading import list_pulsar_dead_letters
-from consumers.dead_letters.pulsar_replay import replay_pulsar_dead_letters
+from consumers.backends.pulsar.dead_letters import PulsarDeadLetters
+from consumers.dead_letters.listing import list_dead_letters
+from consumers.dead_letters.replay import replay_dead_letters
 from consumers.dev.embedded.pulsar import PulsarLiteBroker
 from consumers.engine.dead_letter_headers import HEADER_REPLAY_COUNT
 from orchestration.cli import app
@@ -92,7 +93,7 @@ async def test_engine_dead_letter_listed_replayed_after_a_fix_then_handled(
     specs = ["--specs", str(tmp_path)]
 
     # The engine's dead letter, with its headers, as the API and the CLI show it.
-    [entry] = list_pulsar_dead_letters(url, dlq, "orders")
+    [entry] = list_dead_letters(PulsarDeadLetters(url), dlq, "orders")
     info = entry.info
     assert (entry.key, entry.value, entry.partition) == (b"bad", b"2", 0)
     assert (info.workload, info.source_topic, info.source_partition) == ("orders", topic, 0)
@@ -118,7 +119,7 @@ async def test_engine_dead_letter_listed_replayed_after_a_fix_then_handled(
     again = runner.invoke(app, ["dead-letters", "replay", "orders", *specs], env=ENV)
     assert again.exit_code == 0, again.output
     assert "replayed 0 dead letters" in again.output
-    assert [e.key for e in list_pulsar_dead_letters(url, dlq, "orders")] == [b"bad"]
+    assert [e.key for e in list_dead_letters(PulsarDeadLetters(url), dlq, "orders")] == [b"bad"]
 
     for args, message in [
         (["list", "nobody"], "no workload named 'nobody'"),
@@ -151,17 +152,18 @@ def test_filters_limit_and_replay_guard(pulsar_broker: PulsarLiteBroker) -> None
     def keys(
         workload: str, limit: int | None = None, since: int | None = None
     ) -> list[bytes | None]:
-        return [e.key for e in list_pulsar_dead_letters(url, dlq, workload, limit, since)]
+        return [
+            e.key for e in list_dead_letters(PulsarDeadLetters(url), dlq, workload, limit, since)
+        ]
 
     assert keys("orders") == [b"old", b"tired", b"twice", b"fresh"]
     assert keys("orders", since=now - HOUR_MS) == [b"tired", b"twice", b"fresh"]
     assert keys("orders", limit=2) == [b"old", b"tired"]
     assert keys("payments") == [b"p1"]
 
-    idle = 0.3  # seconds without a message that end a replay with nothing left to read
-    first = replay_pulsar_dead_letters(
-        url, dlq, "orders", target, limit=2, since_ms=now - HOUR_MS, idle=idle
-    )
+    # 0.3 s without a message end a replay with nothing left to read.
+    store = PulsarDeadLetters(url, idle=0.3)
+    first = replay_dead_letters(store, dlq, "orders", target, limit=2, since_ms=now - HOUR_MS)
     # Passed over: another workload's, the old one; the one replayed 3 times is reported.
     assert (first.replayed, first.exhausted, first.skipped_older) == (1, 1, 1)
     assert (first.skipped_other_workloads, first.malformed) == (1, 0)
@@ -171,8 +173,8 @@ def test_filters_limit_and_replay_guard(pulsar_broker: PulsarLiteBroker) -> None
     assert (stored.key, stored.value, stored.headers) == (b"twice", b"v2", {count: b"3"})
 
     # The limit stopped it after two of this workload's: the next run continues after them.
-    rest = replay_pulsar_dead_letters(url, dlq, "orders", target, idle=idle)
+    rest = replay_dead_letters(store, dlq, "orders", target)
     assert (rest.replayed, rest.exhausted, rest.skipped_older, rest.malformed) == (1, 0, 0, 1)
     assert [s.key for s in backend.read(target, 1)[0]] == [b"twice", b"fresh"]
-    last = replay_pulsar_dead_letters(url, dlq, "orders", target, idle=idle)
+    last = replay_dead_letters(store, dlq, "orders", target)
     assert last == type(last)()  # everything was acknowledged: nothing read at all

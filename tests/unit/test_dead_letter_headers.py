@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from consumers.dead_letters.reading import parse_since
+from consumers.dead_letters.selection import parse_since
 from consumers.engine import dead_letter_headers as h
 from consumers.engine.dead_letter_headers import (
     DeadLetterInfo,
@@ -138,7 +138,7 @@ def test_no_headers_at_all_is_not_a_dead_letter() -> None:
         decode_dead_letter(None)
 
 
-# `--since` of `lanehouse dead-letters`, parsed in consumers.dead_letters.reading.
+# `--since` of `lanehouse dead-letters`, parsed in consumers.dead_letters.selection.
 
 NOW_MS = 1_714_000_000_000
 
