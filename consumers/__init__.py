@@ -5,7 +5,7 @@ the public names here, and checks that every type an exported class or function 
 returns is exported too); everything else may change without notice.
 """
 
-from consumers.backends.base import ConsumerLike, DeliveryError, MessageLike, ProducerLike
+from consumers.backends.base import ConsumerLike, MessageLike, ProducerLike
 from consumers.clock import Clock
 from consumers.config.catalog import ChecksSpec
 from consumers.config.clusters import KafkaCluster, ProducerTarget, PulsarCluster
@@ -25,19 +25,29 @@ from consumers.engine.resolution import DeadLetterPolicy, RetryPolicy
 from consumers.engine.settings import RunnerSettings
 from consumers.errors import (
     BrokerError,
+    CallFailed,
     DamagedFile,
     DeadLetterRatioExceeded,
+    DeliveryError,
     EngineError,
     FinalCommitFailed,
     HandlerError,
     HandlerImportError,
     HandlerTimeout,
+    HandoffTooLarge,
+    LagUnavailable,
     LandingError,
     LanehouseError,
+    PermitStoreError,
+    PlaceError,
+    ProcessExecutorError,
+    RemoteError,
+    RewindRefused,
     SinkWriteError,
     SpecError,
     TopicMissing,
     TopicReplaced,
+    WorkerDied,
 )
 from consumers.execution.interceptors import Interceptor
 from consumers.landing.sink import LandingSettings
@@ -50,6 +60,7 @@ from consumers.service.launch import run_specs
 __all__ = [
     "BatchSpec",
     "BrokerError",
+    "CallFailed",
     "ChecksSpec",
     "Clock",
     "ConsumerApp",
@@ -67,9 +78,11 @@ __all__ = [
     "HandlerError",
     "HandlerImportError",
     "HandlerTimeout",
+    "HandoffTooLarge",
     "Interceptor",
     "KafkaCluster",
     "KafkaSourceSpec",
+    "LagUnavailable",
     "Land",
     "LandingError",
     "LandingSettings",
@@ -83,24 +96,30 @@ __all__ = [
     "PermitClient",
     "PermitPool",
     "PermitSpec",
+    "PermitStoreError",
     "PermitsConfig",
+    "PlaceError",
     "PlatformConfig",
     "PoolConfig",
+    "ProcessExecutorError",
     "ProducerLike",
     "ProducerTarget",
     "PulsarCluster",
     "PulsarSourceSpec",
     "Record",
+    "RemoteError",
     "Replicas",
     "Retry",
     "RetryPolicy",
     "RetrySpec",
+    "RewindRefused",
     "RunnerSettings",
     "SinkWriteError",
     "SourceIdentity",
     "SpecError",
     "TopicMissing",
     "TopicReplaced",
+    "WorkerDied",
     "Workload",
     "WorkloadSpec",
     "WorkloadSummary",

@@ -35,6 +35,8 @@ class _ExitOn:
     ) -> None:
         if exc is not None and isinstance(exc, self.errors):
             print_error(str(exc))
+            if isinstance(exc, LanehouseError) and (where := exc.context()):
+                err_console.print(f"  {escape(where)}", style="dim", highlight=False)
             raise typer.Exit(self.code) from exc
 
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from consumers.errors import DeliveryError
 from consumers.record import SourceIdentity
 
 #: A partition: (topic, partition index).
@@ -160,19 +161,6 @@ class ConsumerLike(Protocol):
 
 #: Builds a consumer; ``on_commit`` receives the outcome of every asynchronous commit.
 ConsumerFactory = Callable[[CommitResult], ConsumerLike]
-
-
-class DeliveryError(Exception):
-    """Why a record was not written, and whether sending it again can succeed.
-
-    ``permanent``: the same record fails the same way however often it is sent (larger than the
-    client's or the topic's limit, not authorized, an invalid topic).
-    """
-
-    def __init__(self, reason: str, *, permanent: bool) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.permanent = permanent
 
 
 def delivery_failure(error: object) -> DeliveryError:

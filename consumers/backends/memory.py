@@ -21,13 +21,12 @@ from consumers.backends.base import (
     NO_OFFSET,
     CommitOffset,
     CommitResult,
-    DeliveryError,
     PartitionKey,
     PlainMessage,
     Rebalance,
     delivery_failure,
 )
-from consumers.errors import BrokerError
+from consumers.errors import BrokerError, DeliveryError
 
 
 @dataclass

@@ -11,7 +11,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from consumers.backends.base import DeliveryError, ProducerFactory, ProducerLike
+from consumers.backends.base import ProducerFactory, ProducerLike
+from consumers.errors import DeliveryError
 
 
 class RoutedProducer:

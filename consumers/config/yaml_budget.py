@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import yaml
 
-from consumers.errors import SpecError
+from consumers.errors import LanehouseError, SpecError
 
 __all__ = ["MAX_YAML_DEPTH", "MAX_YAML_NODES", "MAX_YAML_TEXT", "load_yaml"]
 
@@ -31,7 +31,7 @@ MAX_YAML_TEXT: Final = 256 * 1024
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-class _OverBudget(Exception):
+class _OverBudget(LanehouseError):
     """The document is over a budget; the message says which."""
 
 

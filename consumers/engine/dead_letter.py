@@ -18,12 +18,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from consumers.backends.base import DeliveryError
 from consumers.clock import Clock
 from consumers.engine.counters import WorkloadCounters
 from consumers.engine.producer import AckedProducer
 from consumers.engine.tracked import TrackedRecord
-from consumers.errors import SinkWriteError
+from consumers.errors import DeliveryError, SinkWriteError
 
 log = logging.getLogger("lanehouse.outcomes")
 

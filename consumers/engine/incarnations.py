@@ -113,7 +113,9 @@ class IncarnationWatch:
         return topic in self.replaced
 
     def error(self) -> TopicReplaced:
-        return TopicReplaced(f"workload {self._name}: " + "; ".join(self.replaced.values()))
+        return TopicReplaced(
+            f"workload {self._name}: " + "; ".join(self.replaced.values()), workload=self._name
+        )
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):

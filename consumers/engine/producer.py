@@ -19,7 +19,8 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from consumers.backends.base import DeliveryError, ProducerFactory
+from consumers.backends.base import ProducerFactory
+from consumers.errors import DeliveryError
 
 log = logging.getLogger("lanehouse.producer")
 

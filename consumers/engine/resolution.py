@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from consumers.backends.base import DeliveryError, Position
+from consumers.backends.base import Position
 from consumers.clock import Clock
 from consumers.engine.counters import WorkloadCounters
 from consumers.engine.dead_letter import DeadLetterWriter
@@ -44,7 +44,14 @@ from consumers.engine.producer import AckedProducer
 from consumers.engine.settlement import Settlement
 from consumers.engine.tracked import TrackedRecord
 from consumers.engine.valve import ValveWindow
-from consumers.errors import DeadLetterRatioExceeded, HandlerError, LandingError, SinkWriteError
+from consumers.errors import (
+    DeadLetterRatioExceeded,
+    DeliveryError,
+    HandlerError,
+    LandingError,
+    SinkWriteError,
+    at,
+)
 from consumers.landing.files import LandedRow
 from consumers.landing.sink import LandingSink
 from consumers.outcomes import DeadLetter, Drop, Forward, Land, Outcome, OutputRecord, Retry
@@ -250,7 +257,11 @@ class Resolver:
             try:
                 offset = self._position(rec.topic, rec.partition, rec.offset)
             except (ValueError, KeyError) as exc:
-                self._fail(LandingError(f"workload {self.name}: no lake position: {exc}"))
+                self._fail(
+                    LandingError(
+                        f"workload {self.name}: no lake position: {exc}", **at(self.name, rec)
+                    )
+                )
                 return
         row = LandedRow(rec.partition, offset, rec.key, value, timestamp)
         rec.awaiting()
@@ -262,7 +273,8 @@ class Resolver:
                 self._fail(
                     LandingError(
                         f"workload {self.name}: {error}; stopping (the record "
-                        f"{rec.topic}[{rec.partition}]@{rec.offset} is not committed)"
+                        f"{rec.topic}[{rec.partition}]@{rec.offset} is not committed)",
+                        **at(self.name, rec),
                     )
                 )
 
@@ -288,7 +300,8 @@ class Resolver:
                     f"workload {self.name}: more than {policy.max_ratio:.0%} of the last "
                     f"{policy.window} records would go to {policy.topic}; stopping instead of "
                     f"dead-lettering everything (last: {rec.topic}[{rec.partition}]@{rec.offset}: "
-                    f"{error_type}: {message})"
+                    f"{error_type}: {message})",
+                    **at(self.name, rec),
                 )
             )
             return True

@@ -41,6 +41,7 @@ from consumers.engine.settlement import Settlement
 from consumers.engine.tap import Tap
 from consumers.engine.tracked import TrackedRecord
 from consumers.engine.workers import watchdog
+from consumers.errors import describe
 from consumers.execution.executors import Handler
 from consumers.execution.interceptors import Interceptor
 from consumers.permits.pool import PermitPool
@@ -321,7 +322,7 @@ class WorkloadRunner:
     def fail(self, error: BaseException) -> None:
         """Stop the whole workload (the app drains and commits what is durable)."""
         if not self.failed.done():
-            log.error("workload %s: stopping: %s", self.settings.name, error)
+            log.error("workload %s: stopping: %s", self.settings.name, describe(error))
             self.failed.set_exception(error)
 
     # ------------------------------------------------------------------ timers and commits

@@ -213,7 +213,9 @@ class SourceThread:
         except Exception as exc:
             log.exception("workload %s: applying client events failed", self.name)
             self._intake_open = False
-            self.failed.set_exception(EngineError(f"workload {self.name}: {exc!r}"))
+            self.failed.set_exception(
+                EngineError(f"workload {self.name}: {exc!r}", workload=self.name)
+            )
 
     def _apply_events(self) -> None:
         runner = self._runner

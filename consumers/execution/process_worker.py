@@ -26,6 +26,7 @@ import time
 import traceback
 from typing import Any
 
+from consumers.errors import RemoteError
 from consumers.execution import frames
 from consumers.record import Record
 
@@ -37,14 +38,6 @@ def record_of(fields: Fields) -> Record:
     rec = Record(*fields[:7])
     rec.attempts = fields[7]
     return rec
-
-
-class RemoteError(Exception):
-    """A handler's exception that could not be pickled back: its type name and message."""
-
-    def __init__(self, type_name: str, message: str) -> None:
-        super().__init__(f"{type_name}: {message}")
-        self.type_name = type_name
 
 
 def portable(exc: BaseException) -> BaseException:

@@ -40,7 +40,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from consumers.errors import LanehouseError
+from consumers.errors import HandoffTooLarge, ProcessExecutorError, WorkerDied
 from consumers.execution import frames
 from consumers.execution.executors import Handler, process_problem
 from consumers.record import Record
@@ -57,19 +57,6 @@ MAX_UNANSWERED_BYTES = 64 * 1024
 START_TIMEOUT = 60.0
 #: The wait before starting a worker again after a replacement failed to start.
 RESTART_DELAY = 1.0
-
-
-class ProcessExecutorError(LanehouseError):
-    """The handler cannot run in worker processes (it cannot be pickled, or a worker failed to
-    start)."""
-
-
-class HandoffTooLarge(Exception):
-    """A record above the hand-off limit; failed without being sent."""
-
-
-class WorkerDied(Exception):
-    """The worker process running this record exited."""
 
 
 class ProcessCall:

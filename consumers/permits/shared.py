@@ -32,8 +32,9 @@ from collections.abc import Callable
 from functools import partial
 
 from consumers.clock import Clock, RealClock, first_of
+from consumers.errors import PermitStoreError
 from consumers.permits.pool import PermitClient, PermitPool
-from consumers.permits.store import LeaseReport, PermitStore, PermitStoreError, Renewal
+from consumers.permits.store import LeaseReport, PermitStore, Renewal
 
 log = logging.getLogger("lanehouse.permits")
 

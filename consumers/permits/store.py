@@ -32,7 +32,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from consumers.errors import LanehouseError
+from consumers.errors import PermitStoreError
 from consumers.permits.fair_share import fair_shares
 
 log = logging.getLogger("lanehouse.permits")
@@ -118,10 +118,6 @@ class PoolStatus:
 
     def live(self) -> list[LeaseRow]:
         return [lease for lease in self.leases if lease.expires_in > 0]
-
-
-class PermitStoreError(LanehouseError):
-    """The permit database could not be reached or refused a renewal."""
 
 
 def create_permit_engine(url: str) -> Engine:

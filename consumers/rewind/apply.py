@@ -6,8 +6,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from consumers.config.spec import WorkloadSpec
+from consumers.errors import RewindRefused
 from consumers.rewind.kafka import apply_kafka_rewind, plan_kafka_rewind
-from consumers.rewind.plan import RewindPlan, RewindRefused
+from consumers.rewind.plan import RewindPlan
 from consumers.rewind.pulsar import rewind_pulsar
 from consumers.rewind.target import RewindTarget
 

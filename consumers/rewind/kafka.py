@@ -29,9 +29,9 @@ from consumers.backends.kafka.consumer import kafka_identities, producer_propert
 from consumers.backends.kafka.reader import Key, PartitionReader
 from consumers.config.sources import KafkaSourceSpec
 from consumers.config.spec import WorkloadSpec
-from consumers.errors import BrokerError
+from consumers.errors import BrokerError, RewindRefused
 from consumers.landing.files import trim_from
-from consumers.rewind.plan import Move, RewindPlan, RewindRefused
+from consumers.rewind.plan import Move, RewindPlan
 from consumers.rewind.target import RewindTarget
 
 __all__ = ["apply_kafka_rewind", "kafka_members", "plan_kafka_rewind"]

@@ -5,13 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from consumers.errors import LanehouseError
-
-__all__ = ["Move", "RewindPlan", "RewindRefused"]
-
-
-class RewindRefused(LanehouseError):
-    """The rewind cannot be done as asked; nothing was changed. The message says why."""
+__all__ = ["Move", "RewindPlan"]
 
 
 class Move(BaseModel):

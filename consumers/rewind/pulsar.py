@@ -25,7 +25,8 @@ import pulsar
 from consumers.backends.pulsar.client import client_kwargs
 from consumers.config.sources import PulsarSourceSpec
 from consumers.config.spec import WorkloadSpec
-from consumers.rewind.plan import Move, RewindPlan, RewindRefused
+from consumers.errors import RewindRefused
+from consumers.rewind.plan import Move, RewindPlan
 from consumers.rewind.target import RewindTarget
 
 __all__ = ["rewind_pulsar"]

@@ -2,13 +2,12 @@
 the broker, :mod:`~consumers.scaling.policy` turns it into a replica count. The discovery sensor
 (``orchestration``) calls both each tick and launches or stops runs."""
 
-from consumers.scaling.lag import Lag, LagUnavailable, PartitionLag, measure_lag
+from consumers.scaling.lag import Lag, PartitionLag, measure_lag
 from consumers.scaling.policy import UP_WAIT, ScaleDecision, ScaleState, next_replicas
 
 __all__ = [
     "UP_WAIT",
     "Lag",
-    "LagUnavailable",
     "PartitionLag",
     "ScaleDecision",
     "ScaleState",

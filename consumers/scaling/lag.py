@@ -28,21 +28,12 @@ from consumers.backends.kafka.consumer import CONSUMER_DEFAULTS
 from consumers.backends.kafka.reader import Head, Key, PartitionReader
 from consumers.config.sources import KafkaSourceSpec
 from consumers.config.spec import WorkloadSpec
-from consumers.errors import BrokerError, LanehouseError
+from consumers.errors import BrokerError, LagUnavailable
 
 __all__ = ["Lag", "LagUnavailable", "PartitionLag", "measure_lag"]
 
 #: ``auto.offset.reset`` values that start a group without commits at the log end.
 _STARTS_AT_END: Final = frozenset({"latest", "largest", "end"})
-
-
-class LagUnavailable(LanehouseError):
-    """The broker did not tell a workload's lag (in time); autoscaling holds the count."""
-
-    def __init__(self, workload: str, reason: str) -> None:
-        self.workload = workload
-        self.reason = reason
-        super().__init__(f"workload {workload!r}: cannot measure lag: {reason}")
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from prometheus_client.registry import CollectorRegistry
 from pydantic import SecretStr
 
 from consumers.config.names import NAME
+from consumers.errors import LanehouseError
 from consumers.service.health import DEFAULT_STALL_SECONDS, health
 from consumers.service.metrics import EngineCollector
 from consumers.service.tap_access import TapAccess
@@ -154,7 +155,7 @@ def serve(
 # ---------------------------------------------------------------------------------- routes
 
 
-class _ClientGone(Exception):
+class _ClientGone(LanehouseError):
     """The tap client disconnected or the server is shutting down."""
 
 

@@ -34,10 +34,10 @@ from dagster import (
 )
 from pydantic import Field
 
-from consumers import LanehouseError, WorkloadSpec
+from consumers import LanehouseError, RewindRefused, WorkloadSpec
 from consumers.rewind.apply import rewind_workload
 from consumers.rewind.kafka import kafka_members
-from consumers.rewind.plan import RewindPlan, RewindRefused
+from consumers.rewind.plan import RewindPlan
 from consumers.rewind.target import RewindTarget, parse_target
 from orchestration import settings
 from orchestration.workloads.cursor import Cancel, StopReason

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from consumers import ConsumerApp, DeadLetterPolicy, RetryPolicy
+from consumers import ConsumerApp, DeadLetterPolicy, ProcessExecutorError, RetryPolicy
 from consumers.dev.embedded.tansu import TansuBroker
 from consumers.dev.sample import produce_sample
 from consumers.engine.dead_letter_headers import decode_dead_letter
-from consumers.execution.processes import ProcessExecutor, ProcessExecutorError
+from consumers.execution.processes import ProcessExecutor
 from tests import executor_handlers as h
 from tests.backends import (
     Backend,

@@ -14,12 +14,11 @@ from click.testing import Result
 from confluent_kafka import Consumer, Producer
 from typer.testing import CliRunner
 
-from consumers import Record, WorkloadSpec
+from consumers import Record, RewindRefused, WorkloadSpec
 from consumers.backends.kafka.consumer import committed_offsets
 from consumers.dev.embedded.pulsar import PulsarLiteBroker, validate_pulsar_topic
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
 from consumers.rewind.apply import rewind_workload
-from consumers.rewind.plan import RewindRefused
 from consumers.rewind.target import RewindTarget, parse_target
 from consumers.service.launch import build_app
 from orchestration.cli import app

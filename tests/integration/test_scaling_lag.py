@@ -8,10 +8,10 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from consumers import Record, WorkloadSpec
+from consumers import LagUnavailable, Record, WorkloadSpec
 from consumers.backends.kafka.consumer import committed_offsets
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
-from consumers.scaling import LagUnavailable, measure_lag
+from consumers.scaling import measure_lag
 
 pytestmark = pytest.mark.integration
 

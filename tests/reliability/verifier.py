@@ -32,7 +32,8 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from consumers.permits.store import PermitStore, PermitStoreError
+from consumers import PermitStoreError
+from consumers.permits.store import PermitStore
 from tests.integration.recording import order_violations, read_run
 
 SAMPLE_SECONDS = 0.1

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from consumers.permits.store import LeaseReport, PermitStore, PermitStoreError
+from consumers import PermitStoreError
+from consumers.permits.store import LeaseReport, PermitStore
 
 pytestmark = pytest.mark.unit
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from consumers import PermitClient
+from consumers import PermitClient, PermitStoreError
 from consumers.permits.shared import SharedPermitPool
-from consumers.permits.store import LeaseReport, PermitStore, PermitStoreError, Renewal
+from consumers.permits.store import LeaseReport, PermitStore, Renewal
 from tests.helpers import until
 
 pytestmark = pytest.mark.unit

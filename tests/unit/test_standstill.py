@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from consumers import WorkloadSpec
-from consumers.scaling.lag import Lag, LagUnavailable, PartitionLag
+from consumers import LagUnavailable, WorkloadSpec
+from consumers.scaling.lag import Lag, PartitionLag
 from orchestration.workloads.standstill import (
     figures_of_all,
     standing_still,

@@ -266,7 +266,9 @@ def kafka_identities(config: Mapping[str, Any]) -> Callable[[list[str]], dict[st
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
                 if isinstance(error, KafkaError) and error.code() in _MISSING:
-                    raise TopicMissing(f"topic {topic!r} does not exist on {cluster}") from exc
+                    raise TopicMissing(
+                        f"topic {topic!r} does not exist on {cluster}", topic=topic
+                    ) from exc
                 raise BrokerError(f"describing topic {topic!r} failed: {exc}") from exc
             found[topic] = SourceIdentity("kafka", cluster, topic, topic_id)
         return found

@@ -21,7 +21,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from consumers.backends.base import DeliveryError, delivery_failure
+from consumers.backends.base import delivery_failure
+from consumers.errors import DeliveryError
 
 #: The consumer properties that bound the largest record a consumer receives, with librdkafka's
 #: defaults. ``receive.message.max.bytes`` is the hard one (a fetch answer above it fails); the

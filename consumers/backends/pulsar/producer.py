@@ -18,8 +18,9 @@ from typing import Any
 
 import pulsar
 
-from consumers.backends.base import DeliveryError, ProducerFactory, ProducerLike, delivery_failure
+from consumers.backends.base import ProducerFactory, ProducerLike, delivery_failure
 from consumers.backends.pulsar.client import PulsarSettings, client_kwargs
+from consumers.errors import DeliveryError
 
 log = logging.getLogger("lanehouse.pulsar")
 
