@@ -117,7 +117,7 @@ class Intake:
         if run:
             part.tracker.deliver(run, now)
             if self._sequenced:
-                part.emit.extend(run)
+                part.awaiting_outputs.extend(run)
             self._counters.consumed += len(run)
             if part.skip or part.suspect is not None:
                 self._file_one_by_one(part, run, skipped)

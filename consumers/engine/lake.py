@@ -50,7 +50,7 @@ STRADDLE_WINDOW = 1_000_000
 Rewind = Callable[[PartitionKey, int], int]
 
 
-class Lake:
+class WorkloadLake:
     """One workload's landing sink plus the identities of the topics it lands."""
 
     def __init__(

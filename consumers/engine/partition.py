@@ -26,9 +26,9 @@ class PartitionState:
     """Everything the engine knows about one assigned partition."""
 
     __slots__ = (
+        "awaiting_outputs",
         "closing",
         "committed",
-        "emit",
         "generation",
         "high_watermark",
         "in_flight",
@@ -57,7 +57,7 @@ class PartitionState:
         self.generation = next(_GENERATIONS)
         self.tracker = OffsetTracker()
         #: Records in delivery order whose outputs are not produced yet (output topic only).
-        self.emit: deque[TrackedRecord] = deque()
+        self.awaiting_outputs: deque[TrackedRecord] = deque()
         self.lanes: dict[Hashable, Lane] = {}
         #: Records handed to a worker and not finished yet.
         self.in_flight = 0

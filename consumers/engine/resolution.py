@@ -333,7 +333,7 @@ class Resolver:
 
     def _emit(self, part: PartitionState) -> None:
         """Produce outputs of resolved records at the head of the partition, in order."""
-        emit = part.emit
+        emit = part.awaiting_outputs
         producer = self._producer
         topic = self.output_topic
         assert producer is not None and topic is not None

@@ -30,7 +30,7 @@ from consumers.engine.counters import WorkloadCounters
 from consumers.engine.dispatch import Dispatch
 from consumers.engine.intake import Intake
 from consumers.engine.isolation import isolate
-from consumers.engine.lake import Lake, Rewind
+from consumers.engine.lake import Rewind, WorkloadLake
 from consumers.engine.lanes import lane_router
 from consumers.engine.partition import Lane, PartitionState
 from consumers.engine.producer import AckedProducer
@@ -93,11 +93,11 @@ class WorkloadRunner:
         self._tap = tap
         #: Set when the workload must stop (safety valve, output write failure).
         self.failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._lake: Lake | None = None
+        self._lake: WorkloadLake | None = None
         if settings.landing is not None:
             if identify is None:
                 raise ValueError(f"workload {settings.name!r}: landing needs source identities")
-            self._lake = Lake(settings.name, settings.landing, identify, clock)
+            self._lake = WorkloadLake(settings.name, settings.landing, identify, clock)
         #: The landing sink, for reports (None unless the workload lands).
         self.landing = self._lake.sink if self._lake else None
         self._intake = Intake(
@@ -183,14 +183,14 @@ class WorkloadRunner:
         self, parts: Sequence[PartitionState], rewind: Rewind | None = None
     ) -> None:
         """Before the first record of ``parts`` is read (on the source's thread): see
-        :meth:`Lake.prepare`; and the partitions are marked held (:class:`CrashJournal`)."""
+        :meth:`WorkloadLake.prepare`; and the partitions are marked held (:class:`CrashJournal`)."""
         if self._crashes is not None:
             for part in parts:
                 part.suspect = self._crashes.open(part.topic, part.partition, part.committed)
         if self._lake is not None:
             self._lake.prepare(parts, rewind)
 
-    def passed(self, positions: dict[PartitionKey, int]) -> None:
+    def client_positions(self, positions: dict[PartitionKey, int]) -> None:
         """The client's positions (after every record below them was ingested): where a
         partition read past offsets it never delivers, its watermark may move past them."""
         if not self._intake_open:
@@ -198,7 +198,7 @@ class WorkloadRunner:
         for key, position in positions.items():
             part = self.parts.get(key)
             if part is not None and not part.closing:
-                part.tracker.passed(position)
+                part.tracker.client_at(position)
 
     def assign(self, parts: Iterable[PartitionState]) -> None:
         self.last_ingest = self._clock.now()  # idleness counts from the assignment
@@ -236,7 +236,7 @@ class WorkloadRunner:
             part.revoked = True
             dropped = part.tracker.drop_all()
             self._resolver.forget(dropped)
-            part.emit.clear()
+            part.awaiting_outputs.clear()
             self.counters.dropped_on_revoke += len(dropped)
             del self.parts[(part.topic, part.partition)]
             self._commits.forget((part.topic, part.partition))

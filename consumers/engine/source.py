@@ -70,7 +70,7 @@ class Consuming(Protocol):
 
     def assign(self, parts: Iterable[PartitionState]) -> None: ...
     def ingest(self, messages: list[MessageLike]) -> None: ...
-    def passed(self, positions: dict[PartitionKey, int]) -> None: ...
+    def client_positions(self, positions: dict[PartitionKey, int]) -> None: ...
     async def revoke(self, keys: Sequence[PartitionKey]) -> list[CommitOffset]: ...
     async def drain(self) -> list[CommitOffset]: ...
 
@@ -237,7 +237,7 @@ class SourceThread:
             elif kind == "assign":
                 runner.assign(payload)
             elif kind == "positions":
-                runner.passed(payload)
+                runner.client_positions(payload)
             elif kind == "ends":
                 for key, high in payload.items():
                     if (part := runner.parts.get(key)) is not None:
@@ -349,7 +349,7 @@ class SourceThread:
 
     def _rewind(self, key: PartitionKey, offset: int) -> int:
         """Inside ``on_assign``: read ``key`` from ``offset`` (below its committed position: a
-        damaged landed file was moved aside, :meth:`Lake.prepare`), or from the broker's
+        damaged landed file was moved aside, :meth:`WorkloadLake.prepare`), or from the broker's
         earliest offset when that is above; a synchronous commit here sets where reading starts
         (the broker contract). Returns that start."""
         assert self._consumer is not None

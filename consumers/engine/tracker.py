@@ -22,7 +22,14 @@ from consumers.engine.tracked import TrackedRecord
 class OffsetTracker:
     """Delivered-but-uncommitted records of one partition, in offset order."""
 
-    __slots__ = ("_done_ahead", "_pending", "beyond", "last_delivered", "pinned_since", "released")
+    __slots__ = (
+        "_done_ahead",
+        "_pending",
+        "client_position",
+        "last_delivered",
+        "pinned_since",
+        "released",
+    )
 
     def __init__(self) -> None:
         self._pending: deque[TrackedRecord] = deque()
@@ -35,7 +42,7 @@ class OffsetTracker:
         self.pinned_since = 0.0
         #: The client's position when it read past offsets it never delivers (a transaction
         #: marker after the last record): the watermark once everything delivered is done.
-        self.beyond: int | None = None
+        self.client_position: int | None = None
 
     def deliver(self, records: list[TrackedRecord], now: float) -> None:
         """Track a run of new records, in increasing offset order (the intake drops a
@@ -51,9 +58,9 @@ class OffsetTracker:
             )
         if not self._pending:
             self.pinned_since = now
-        beyond = self.beyond
-        if beyond is not None and first < beyond:
-            self.beyond = None  # the client went back: its old position no longer holds
+        client_position = self.client_position
+        if client_position is not None and first < client_position:
+            self.client_position = None  # the client went back: its old position no longer holds
         self._pending.extend(records)
         self.last_delivered = records[-1].offset
 
@@ -74,12 +81,12 @@ class OffsetTracker:
         self.pinned_since = now
         return advanced
 
-    def passed(self, position: int) -> None:
+    def client_at(self, position: int) -> None:
         """The client's position, given once every record it delivered below it was delivered
         here; kept when it is past the last delivered record (offsets never delivered)."""
         last = self.last_delivered
         if last is None or position > last + 1:
-            self.beyond = position
+            self.client_position = position
 
     @property
     def position(self) -> int | None:
@@ -89,11 +96,11 @@ class OffsetTracker:
         if self._pending:
             return self._pending[0].offset
         last = self.last_delivered
-        beyond = self.beyond
+        client_position = self.client_position
         if last is None:
-            return beyond
-        if beyond is not None and beyond > last + 1:
-            return beyond
+            return client_position
+        if client_position is not None and client_position > last + 1:
+            return client_position
         return last + 1
 
     @property

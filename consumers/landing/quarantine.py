@@ -10,7 +10,7 @@ every restart, the engine moves the file to the dataset's quarantine::
 
 Spark and the lake's readers skip it (the directory's name starts with ``_``), the Spark assets
 report it, and the engine sets the partition's position back to the file's first offset so the
-broker lands those records again (:meth:`consumers.engine.lake.Lake.prepare`). A file is moved
+broker lands those records again (:meth:`consumers.engine.lake.WorkloadLake.prepare`). A file is moved
 with one rename (no disk space needed), never rewritten or removed; restoring it is moving it
 back (``docs/lake.md``).
 """

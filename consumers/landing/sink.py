@@ -111,7 +111,7 @@ class LandingSink:
         #: Partitions whose writes fail, and the work before their first file (below).
         self.gates = Gates(clock.now)
         #: Work to do before a partition's first file, set by the assignment when the disk
-        #: refused it (:meth:`consumers.engine.lake.Lake.prepare`); set from the source thread.
+        #: refused it (:meth:`consumers.engine.lake.WorkloadLake.prepare`); set from the source thread.
         self.deferred: dict[tuple[str, int], Callable[[], object]] = {}
         #: The last write failure, for the final report of records never landed.
         self.failure: str | None = None

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 from dagster import DagsterRunStatus
 
-from orchestration.workloads.cursor import (
+from orchestration.workloads.discovery_model import (
     Abandon,
     Cancel,
     DiscoveryState,

@@ -25,7 +25,7 @@ What an operator sees:
   worker: the sensor marks it FAILURE (then it restarts like any crash) or CANCELED, with the
   reason as the run's failure message.
 * **The cursor** (sensor page): the per-workload state as JSON
-  (:class:`~orchestration.workloads.cursor.DiscoveryState`).
+  (:class:`~orchestration.workloads.discovery_model.DiscoveryState`).
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ from dagster import (
 
 from consumers.scaling.lag import measure_lag
 from orchestration.workloads.assets import workload_key
-from orchestration.workloads.cursor import (
+from orchestration.workloads.decisions import decide, tracked_run_ids
+from orchestration.workloads.discovery_model import (
     FINISHED,
     Abandon,
     Cancel,
@@ -65,7 +66,6 @@ from orchestration.workloads.cursor import (
     RunInfo,
     policy_from_env,
 )
-from orchestration.workloads.decisions import decide, tracked_run_ids
 from orchestration.workloads.heartbeat import read_heartbeats
 from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,

@@ -33,7 +33,7 @@ from typing import Final
 
 from consumers import WorkloadSpec
 from orchestration import settings
-from orchestration.workloads.cursor import Message
+from orchestration.workloads.discovery_model import Message
 from orchestration.workloads.registry import Registry
 
 LOCATION_ENV: Final = "LANEHOUSE_CODE_LOCATION"

@@ -40,8 +40,8 @@ from consumers.rewind.kafka import kafka_members
 from consumers.rewind.plan import RewindPlan
 from consumers.rewind.target import RewindTarget, parse_target
 from orchestration import settings
-from orchestration.workloads.cursor import Cancel, StopReason
 from orchestration.workloads.discovery import UNFINISHED, stop_run
+from orchestration.workloads.discovery_model import Cancel, StopReason
 from orchestration.workloads.finding import find_workload
 from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,

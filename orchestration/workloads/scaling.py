@@ -21,7 +21,7 @@ from consumers import LanehouseError, WorkloadSpec
 from consumers.scaling.lag import Lag, measure_lag
 from consumers.scaling.policy import ScaleDecision, ScaleState, next_replicas
 from orchestration.workloads.assets import workload_key
-from orchestration.workloads.cursor import Message
+from orchestration.workloads.discovery_model import Message
 from orchestration.workloads.registry import Registry
 
 __all__ = ["SCALING_TAG", "ScalingTick", "plan_scaling"]

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 from consumers import WorkloadSpec
 from consumers.scaling.lag import Lag, measure_lag
 from consumers.scaling.policy import ScaleState
-from orchestration.workloads.cursor import (
+from orchestration.workloads.discovery_model import (
     CRASH_LOOP_TAG,
     FINISHED,
     RESTARTS_TAG,

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from dagster import DagsterRunStatus
 
-from orchestration.workloads.cursor import (
+from orchestration.workloads.discovery_model import (
     FINISHED,
     Abandon,
     Cancel,

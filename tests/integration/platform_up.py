@@ -256,7 +256,7 @@ class Up:
         """``kill -9`` the worker of consumer run ``run_id`` (the process serving its
         ``lanehouse/http`` address) and time its workload's way back: the run marked FAILURE,
         its replacement launched, and the replacement's first progress report with records."""
-        from orchestration.workloads.cursor import RESTARTS_TAG
+        from orchestration.workloads.discovery_model import RESTARTS_TAG
         from orchestration.workloads.endpoints import HTTP_TAG
 
         [run] = [r for r in self.runs() if r["runId"] == run_id]

@@ -44,9 +44,9 @@ from dagster._daemon.sensor import execute_sensor_iteration
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
 from consumers.scaling.lag import Lag, PartitionLag, measure_lag
 from orchestration.workloads.assets import workload_key
-from orchestration.workloads.cursor import CRASH_LOOP_TAG, RESTARTS_TAG, RestartPolicy
 from orchestration.workloads.decisions import SCALE_DOWN_SETTLE
 from orchestration.workloads.discovery import build_discovery_sensor, workload_discovery_sensor
+from orchestration.workloads.discovery_model import CRASH_LOOP_TAG, RESTARTS_TAG, RestartPolicy
 from orchestration.workloads.heartbeat import write_heartbeat
 from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,

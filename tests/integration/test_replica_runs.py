@@ -40,8 +40,8 @@ from dagster import (
 from consumers.dev.embedded.tansu import TansuBroker
 from consumers.dev.sample import produce_sample
 from orchestration.workloads import decisions
-from orchestration.workloads.cursor import RESTARTS_TAG, RestartPolicy
 from orchestration.workloads.discovery import build_discovery_sensor
+from orchestration.workloads.discovery_model import RESTARTS_TAG, RestartPolicy
 from orchestration.workloads.job import consumer_job
 from orchestration.workloads.names import ASSIGNED_TAG, CONSUMER_JOB_NAME, REPLICA_TAG
 from tests.backends import assert_all_committed

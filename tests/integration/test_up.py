@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestration.workloads.cursor import RestartPolicy
+from orchestration.workloads.discovery_model import RestartPolicy
 from tests.helpers import wait_until
 from tests.integration.platform_up import REPO, WORKLOADS, Up, listeners
 

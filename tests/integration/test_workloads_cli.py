@@ -37,7 +37,7 @@ from consumers.dev.embedded.tansu import TansuBroker
 from orchestration.cli import app
 from orchestration.local.instance import prepare_dagster_home
 from orchestration.workloads.assets import workload_key
-from orchestration.workloads.cursor import DiscoveryState, LastRun, WorkloadState
+from orchestration.workloads.discovery_model import DiscoveryState, LastRun, WorkloadState
 from tests.conftest import TopicFactory
 from tests.integration.discovery_defs import stand_in
 

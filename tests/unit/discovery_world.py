@@ -15,13 +15,13 @@ from dagster import DagsterRunStatus
 
 from consumers import WorkloadSpec
 from consumers.config.spec import spec_hash
-from orchestration.workloads.cursor import (
+from orchestration.workloads.decisions import Decision, decide
+from orchestration.workloads.discovery_model import (
     DiscoveryState,
     Launch,
     RestartPolicy,
     RunInfo,
 )
-from orchestration.workloads.decisions import Decision, decide
 from orchestration.workloads.registry import InvalidSpec, RegisteredWorkload, Registry
 
 S = DagsterRunStatus

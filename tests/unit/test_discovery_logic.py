@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestration.workloads.cursor import (
+from orchestration.workloads.decisions import Decision, tracked_run_ids
+from orchestration.workloads.discovery_model import (
     CRASH_LOOP_TAG,
     HEARTBEAT_TIMEOUT_ENV,
     RESTARTS_TAG,
@@ -14,7 +15,6 @@ from orchestration.workloads.cursor import (
     RestartPolicy,
     policy_from_env,
 )
-from orchestration.workloads.decisions import Decision, tracked_run_ids
 from orchestration.workloads.names import (
     GENERATION_TAG,
     REPLICA_TAG,

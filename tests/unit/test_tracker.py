@@ -119,12 +119,12 @@ def test_a_client_position_past_the_last_record_is_the_position_once_all_is_done
     records = [_record(o) for o in (3, 4)]
     for rec in records:
         tracker.deliver([rec], now=0.0)
-    tracker.passed(6)  # offset 5 is a transaction marker the client read over
+    tracker.client_at(6)  # offset 5 is a transaction marker the client read over
     assert tracker.position == 3  # a delivered record is still running: it pins the watermark
     tracker.complete(records[0], now=0.0)
     tracker.complete(records[1], now=0.0)
     assert tracker.position == 6
-    tracker.passed(5)  # the client's position right after the last record says nothing new
+    tracker.client_at(5)  # the client's position right after the last record says nothing new
     assert tracker.position == 6
     tracker.deliver([_record(6)], now=0.0)
     assert tracker.position == 6
@@ -132,7 +132,7 @@ def test_a_client_position_past_the_last_record_is_the_position_once_all_is_done
 
 def test_a_position_is_kept_before_any_record_and_forgotten_when_the_client_goes_back() -> None:
     tracker = OffsetTracker()
-    tracker.passed(9)  # only markers so far
+    tracker.client_at(9)  # only markers so far
     assert tracker.position == 9
     back = _record(7)  # the client went back (a seek): its old position no longer holds
     tracker.deliver([back], now=0.0)
