@@ -3,7 +3,7 @@ executes it: ``python -m bench.replica_run WORKLOAD REPLICA`` runs ``consume_wor
 partition WORKLOAD in process on the instance at ``$DAGSTER_HOME``, tagged with the replica, and
 exits once the run ends (the bench marks it CANCELING, as the discovery sensor does).
 
-The bench's copy of ``tests/integration/replica_run.py`` (bench code never imports tests/).
+The bench's copy of ``tests/support/replica_run.py`` (bench code never imports tests/).
 Observations every 5 s and the engine's log at WARNING, as ``lanehouse consume --log-level
 WARNING`` in the bench's cli mode: what a run costs on top of the engine is part of the measure.
 """

@@ -2,7 +2,7 @@
 
 Termination is driven the way Dagster does it: mark the run CANCELING, then one SIGINT to the
 process (from a helper thread, while the op runs on the main thread). Handlers record into
-``tests.integration.job_handlers``, which the op imports in this same interpreter.
+``tests.support.job_handlers``, which the op imports in this same interpreter.
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ from orchestration.workloads.job import consumer_job
 from orchestration.workloads.names import CONSUMER_JOB_NAME
 from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
 from tests.helpers import wait_until
-from tests.integration import job_handlers
-from tests.integration.processes import source_yaml
 from tests.landing import landed, landing_count_safe, produce_days
+from tests.support import job_handlers
+from tests.support.processes import source_yaml
 
 pytestmark = pytest.mark.integration
 
@@ -94,10 +94,10 @@ def write_spec(
     handler: str = "slow",
     extra: str = "",
 ) -> Path:
-    """A kafka spec for ``name`` whose handler is ``tests.integration.job_handlers:<handler>``;
+    """A kafka spec for ``name`` whose handler is ``tests.support.job_handlers:<handler>``;
     ``extra`` lines are added, and replace a top-level field of the same name."""
     fields = {
-        "handler": f"tests.integration.job_handlers:{handler}",
+        "handler": f"tests.support.job_handlers:{handler}",
         "ordering": "key",
         "concurrency": "20",
         "commit_interval": "100ms",

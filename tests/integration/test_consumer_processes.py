@@ -1,7 +1,7 @@
 """Consumer *processes* on a real broker: kill -9 and restart, members leaving and joining.
 
 Each process is ``lanehouse consume`` on a spec whose handler appends ``key seq partition
-offset epoch`` lines to its own file (tests/integration/recording.py). Across runs nothing may
+offset epoch`` lines to its own file (tests/support/recording.py). Across runs nothing may
 be missing; within one partition assignment each key's sequence numbers must strictly increase.
 """
 
@@ -20,7 +20,7 @@ from consumers.dev.embedded.tansu import TansuBroker
 from consumers.dev.sample import produce_sample
 from tests.backends import assert_all_committed
 from tests.helpers import free_port, wait_until
-from tests.integration.processes import (
+from tests.support.processes import (
     assert_complete,
     finish,
     lines,

@@ -20,7 +20,7 @@ from orchestration.local.instance import instance_config
 from orchestration.workloads.names import REPLAY_RUN_TAG as REPLAY_TAG
 from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
 from orchestration.workloads.replay_job import dead_letter_replay_schedule, replay_job
-from tests.integration.dead_letters import Dead, read_all, spec_text, write
+from tests.support.dead_letters import Dead, read_all, spec_text, write
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from consumers.dead_letters.selection import replay_group
 from consumers.dev.embedded.tansu import TansuBroker
 from consumers.engine.dead_letter_headers import HEADER_REPLAY_COUNT
 from orchestration.cli import app
-from tests.integration.dead_letters import (
+from tests.support.dead_letters import (
     CLIENT,
     HOUR_MS,
     Dead,

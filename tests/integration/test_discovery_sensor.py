@@ -61,9 +61,9 @@ from orchestration.workloads.names import (
     stop_tags,
 )
 from orchestration.workloads.scaling import SCALING_TAG
-from tests.integration import discovery_defs
-from tests.integration.discovery_defs import stand_in
 from tests.integration.test_scaling_lag import PARTITIONS, PER_PARTITION, commit, produce
+from tests.support import discovery_defs
+from tests.support.discovery_defs import stand_in
 
 RUN_KEY_TAG = "dagster/run_key"
 SENSOR_NAME_TAG = "dagster/sensor_name"

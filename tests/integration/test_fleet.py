@@ -1,7 +1,7 @@
 """`lanehouse consume --replicas 2` on the embedded Tansu broker: the replicas form one group,
 split the partitions, lose nothing, keep per-key order, commit to the end, and stop together.
 
-Each replica's handler (tests/integration/fleet_recording.py) writes what it handled, with a
+Each replica's handler (tests/support/fleet_recording.py) writes what it handled, with a
 system-wide monotonic timestamp, to its own file.
 """
 
@@ -21,13 +21,13 @@ from consumers.dev.embedded.tansu import TansuBroker
 from consumers.dev.sample import produce_sample
 from tests.backends import assert_all_committed
 from tests.helpers import wait_until
-from tests.integration.fleet_recording import (
+from tests.support.fleet_recording import (
     Handled,
     assert_key_order,
     assert_no_two_owners_at_once,
     read_fleet,
 )
-from tests.integration.processes import REPO, write_spec
+from tests.support.processes import REPO, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -62,9 +62,7 @@ def start_fleet(spec: Path, records: Path, delay: float, *extra: str) -> subproc
 
 def fleet_spec(tmp_path: Path, broker: TansuBroker, topic: str, group: str) -> Path:
     spec = write_spec(tmp_path / "spec.yaml", broker, topic, group, concurrency=20)
-    text = spec.read_text().replace(
-        "tests.integration.recording:", "tests.integration.fleet_recording:"
-    )
+    text = spec.read_text().replace("tests.support.recording:", "tests.support.fleet_recording:")
     spec.write_text(text)
     return spec
 

@@ -22,7 +22,7 @@ from dagster._daemon.freshness import FreshnessDaemon
 
 from orchestration.lake.landed import landed_max_age
 from orchestration.local.instance import instance_config
-from tests.integration import freshness_defs
+from tests.support import freshness_defs
 
 pytestmark = pytest.mark.integration
 

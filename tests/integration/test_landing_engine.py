@@ -27,8 +27,8 @@ from consumers.dev.embedded.pulsar import (
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
 from consumers.service.launch import build_app
 from tests.helpers import until, wait_until
-from tests.integration.processes import finish, source_yaml, start_consumer
 from tests.landing import DAY_MS, START_MS, landed, landing_count_safe, produce_days
+from tests.support.processes import finish, source_yaml, start_consumer
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from consumers.config.platform import load_platform_config
 from consumers.dead_letters.places import list_workload_dead_letters, replay_workload_dead_letters
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker, create_topic, start_tansu
 from consumers.service.launch import build_app
-from tests.integration.dead_letters import read_all
+from tests.support.dead_letters import read_all
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,7 @@ from confluent_kafka import Producer
 from consumers.dev.embedded.tansu import TansuBroker
 from tests.conftest import TopicFactory
 from tests.helpers import free_port, wait_until
-from tests.integration.new_project import PROJECT, NewProject, build_wheel, create
+from tests.support.new_project import PROJECT, NewProject, build_wheel, create
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 

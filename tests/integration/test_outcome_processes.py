@@ -13,8 +13,8 @@ from consumers.dev.sample import produce_sample
 from consumers.engine.dead_letter_headers import decode_dead_letter
 from tests.backends import TansuBackend, assert_all_committed
 from tests.helpers import wait_until
-from tests.integration.processes import finish, lines, start_consumer, write_spec
-from tests.integration.recording import order_violations, read_run
+from tests.support.processes import finish, lines, start_consumer, write_spec
+from tests.support.recording import order_violations, read_run
 
 pytestmark = pytest.mark.integration
 

@@ -28,14 +28,14 @@ from tests.backends import (
     keyed_stream,
 )
 from tests.helpers import until, wait_until
-from tests.integration.processes import (
+from tests.integration.test_executor_contract import poison_run, run, workload
+from tests.support.processes import (
     assert_complete,
     finish,
     lines,
     start_consumer,
     write_spec,
 )
-from tests.integration.test_executor_contract import poison_run, run, workload
 
 pytestmark = pytest.mark.integration
 

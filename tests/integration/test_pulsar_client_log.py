@@ -15,7 +15,7 @@ import pulsar
 import pytest
 
 from consumers.dev.embedded.pulsar import PULSAR_TEST_CLIENT_KWARGS, PulsarLiteBroker
-from tests.integration.processes import REPO
+from tests.support.processes import REPO
 
 pytestmark = pytest.mark.integration
 

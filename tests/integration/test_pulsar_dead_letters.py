@@ -24,7 +24,7 @@ from consumers.dev.embedded.pulsar import PulsarLiteBroker
 from consumers.engine.dead_letter_headers import HEADER_REPLAY_COUNT
 from orchestration.cli import app
 from tests.backends import PulsarBackend
-from tests.integration.dead_letters import HOUR_MS, Dead, now_ms, write_pulsar
+from tests.support.dead_letters import HOUR_MS, Dead, now_ms, write_pulsar
 
 pytestmark = pytest.mark.integration
 

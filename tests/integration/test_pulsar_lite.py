@@ -27,7 +27,7 @@ from consumers.dev.embedded.pulsar import (
     validate_pulsar_topic,
 )
 from tests.helpers import wait_until
-from tests.integration.platform_up import listeners
+from tests.support.platform_up import listeners
 
 pytestmark = pytest.mark.integration
 

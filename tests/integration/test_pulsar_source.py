@@ -36,7 +36,7 @@ from tests.backends import (
     unacknowledged,
 )
 from tests.helpers import wait_until
-from tests.integration.processes import assert_complete, finish, lines, start_consumer, write_spec
+from tests.support.processes import assert_complete, finish, lines, start_consumer, write_spec
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """Replicas as Dagster runs, end to end without the daemon's timing: the real discovery sensor
 ticks every half second (as the sensor daemon would run it, here on a thread), each run request
-becomes a run that a run worker process executes (``tests/integration/replica_run.py``, as
+becomes a run that a run worker process executes (``tests/support/replica_run.py``, as
 ``dagster api execute_run`` does), on one SQLite instance and a real Tansu broker.
 
 A 6-partition topic, one replica run holding all of it. Records flow, and a spec edit to
@@ -46,12 +46,12 @@ from orchestration.workloads.job import consumer_job
 from orchestration.workloads.names import ASSIGNED_TAG, CONSUMER_JOB_NAME, REPLICA_TAG
 from tests.backends import assert_all_committed
 from tests.helpers import wait_until
-from tests.integration.fleet_recording import (
+from tests.support.fleet_recording import (
     assert_key_order,
     assert_no_two_owners_at_once,
     read_fleet,
 )
-from tests.integration.processes import REPO, write_spec
+from tests.support.processes import REPO, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -121,7 +121,7 @@ class Daemon:
             run = self.instance.create_run_for_job(consumer_job, tags=run_request.tags)
             replica = run.tags[REPLICA_TAG]
             self.workers[run.run_id] = subprocess.Popen(
-                [sys.executable, "-m", "tests.integration.replica_run", run.run_id],
+                [sys.executable, "-m", "tests.support.replica_run", run.run_id],
                 cwd=REPO,
                 env={**self.env, "LANEHOUSE_REPLICA": replica},
                 stdout=subprocess.DEVNULL,
@@ -247,7 +247,7 @@ class Flow(threading.Thread):
 def set_replicas(daemon: Daemon, broker: TansuBroker, replicas: int, enabled: bool = True) -> None:
     spec = write_spec(daemon.workloads / "fleet.yaml", broker, daemon.topic, "fleet-group", 30)
     text = spec.read_text().replace("name: recorder", "name: fleet")
-    text = text.replace("tests.integration.recording:", "tests.integration.fleet_recording:")
+    text = text.replace("tests.support.recording:", "tests.support.fleet_recording:")
     spec.write_text(text + f"replicas: {replicas}\nenabled: {str(enabled).lower()}\n")
 
 

@@ -32,14 +32,14 @@ from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
 from consumers.dev.sample import produce_sample
 from consumers.permits.store import PermitStore, PoolStatus
 from tests.helpers import wait_until
-from tests.integration.permit_recording import (
+from tests.permit_outage import PermitDb
+from tests.support.permit_recording import (
     Interval,
     max_concurrency,
     mean_concurrency,
     read_intervals,
 )
-from tests.integration.processes import REPO
-from tests.permit_outage import PermitDb
+from tests.support.processes import REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -87,7 +87,7 @@ source:
   group: g-{topic}
   config:
 {client_config}
-handler: tests.integration.permit_recording:timed
+handler: tests.support.permit_recording:timed
 concurrency: 40
 drain_timeout: 5s
 permits: {{pool: shared, weight: {weight}}}

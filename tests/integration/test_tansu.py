@@ -31,7 +31,7 @@ from consumers.dev.sample import produce_sample
 from orchestration.cli import app
 from tests.conftest import TopicFactory
 from tests.helpers import free_port, wait_until
-from tests.integration.platform_up import REPO, alive, listeners
+from tests.support.platform_up import REPO, alive, listeners
 
 pytestmark = pytest.mark.integration
 

@@ -32,7 +32,7 @@ from consumers.backends.kafka.consumer import committed_offsets, log_end_offsets
 from consumers.dev.sample import produce_sample
 from orchestration.workloads.assets import LAG_CHECK, workload_key
 from tests.helpers import wait_until
-from tests.integration.platform_up import REPO, WORKLOADS, Up
+from tests.support.platform_up import REPO, WORKLOADS, Up
 
 # The browser test took 3 min 20 s on a quiet 2-core machine: room for a busier one.
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.timeout(600)]

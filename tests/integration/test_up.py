@@ -21,7 +21,7 @@ import pytest
 
 from orchestration.workloads.discovery_model import RestartPolicy
 from tests.helpers import wait_until
-from tests.integration.platform_up import REPO, WORKLOADS, Up, listeners
+from tests.support.platform_up import REPO, WORKLOADS, Up, listeners
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 

@@ -39,7 +39,7 @@ from orchestration.local.instance import prepare_dagster_home
 from orchestration.workloads.assets import workload_key
 from orchestration.workloads.discovery_model import DiscoveryState, LastRun, WorkloadState
 from tests.conftest import TopicFactory
-from tests.integration.discovery_defs import stand_in
+from tests.support.discovery_defs import stand_in
 
 pytestmark = pytest.mark.integration
 

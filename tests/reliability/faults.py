@@ -13,8 +13,8 @@ from consumers.dev.embedded.tansu import TansuBroker
 from consumers.dev.sample import produce_sample
 from tests.backends import TansuBackend
 from tests.helpers import wait_until
-from tests.integration.processes import finish, lines, start_consumer
 from tests.reliability.verifier import CommitSampler, Verdict, verify
+from tests.support.processes import finish, lines, start_consumer
 
 #: The long variant (``LH_SOAK=1 make test PYTEST_ARGS=tests/reliability``): more records, more
 #: faults, longer outages.

@@ -43,8 +43,8 @@ from confluent_kafka.admin import AdminClient
 
 from consumers.dev.embedded.tansu import TansuBroker, tansu_binary
 from tests.helpers import wait_until
-from tests.integration.processes import REPO
 from tests.postgres import PostgresServer, start_postgres
+from tests.support.processes import REPO
 
 Server = Literal["broker", "database"]
 SERVERS: tuple[Server, ...] = ("broker", "database")
@@ -364,7 +364,7 @@ def start_replica(
     env: Mapping[str, str] | None = None,
 ) -> Replica:
     """``lanehouse consume`` of ``spec`` on ``host`` (its handler records to ``run``; see
-    ``tests/integration/processes.py``). Its output goes to a file beside ``run``: a pipe
+    ``tests/support/processes.py``). Its output goes to a file beside ``run``: a pipe
     nobody reads fills and blocks the process, which would look like a stall."""
     log = run.with_suffix(".log")
     environment = {

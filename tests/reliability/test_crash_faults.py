@@ -14,9 +14,9 @@ import pytest
 from consumers.dev.embedded.tansu import TansuBroker
 from consumers.engine.dead_letter_headers import decode_dead_letter
 from tests.backends import TansuBackend
-from tests.integration.processes import start_consumer, write_spec
-from tests.integration.recording import POISON_EXIT, read_run
 from tests.reliability.faults import fill
+from tests.support.processes import start_consumer, write_spec
+from tests.support.recording import POISON_EXIT, read_run
 
 pytestmark = pytest.mark.reliability
 

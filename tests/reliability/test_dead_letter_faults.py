@@ -19,10 +19,10 @@ from consumers.backends.kafka.consumer import committed_offsets, log_end_offsets
 from consumers.dev.embedded.tansu import TansuBroker
 from consumers.dev.sample import produce_sample
 from tests.backends import TansuBackend
-from tests.integration.processes import finish, source_yaml, start_consumer
-from tests.integration.recording import record
 from tests.reliability.faults import produced
 from tests.reliability.verifier import CommitSampler, verify
+from tests.support.processes import finish, source_yaml, start_consumer
+from tests.support.recording import record
 
 pytestmark = pytest.mark.reliability
 

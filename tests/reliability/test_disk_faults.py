@@ -21,10 +21,10 @@ from consumers.backends.kafka.consumer import committed_offsets, log_end_offsets
 from consumers.dev.embedded.tansu import TansuBroker
 from consumers.dev.sample import produce_sample
 from tests.helpers import wait_until
-from tests.integration.processes import finish, lines, start_consumer, write_spec
 from tests.landing import every_offset_once, per_offset
 from tests.reliability.faults import fill, produced
 from tests.reliability.verifier import CommitSampler, verify
+from tests.support.processes import finish, lines, start_consumer, write_spec
 
 pytestmark = pytest.mark.reliability
 

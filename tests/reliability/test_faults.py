@@ -19,7 +19,6 @@ import pytest
 from consumers.backends.kafka.consumer import committed_offsets, log_end_offsets
 from consumers.dev.embedded.tansu import TansuBroker
 from tests.helpers import wait_until
-from tests.integration.processes import lines, start_consumer, write_spec
 from tests.landing import landed
 from tests.reliability.faults import (
     EXECUTORS,
@@ -29,6 +28,7 @@ from tests.reliability.faults import (
     kill_after,
 )
 from tests.reliability.verifier import CommitSampler
+from tests.support.processes import lines, start_consumer, write_spec
 
 pytestmark = pytest.mark.reliability
 

@@ -30,8 +30,6 @@ import sqlalchemy as sa
 from consumers.backends.kafka.consumer import committed_offsets, log_end_offsets
 from consumers.dev.embedded.tansu import create_topic
 from tests.helpers import wait_until
-from tests.integration.processes import lines, write_spec
-from tests.integration.recording import Row, read_run
 from tests.reliability.faults import fill
 from tests.reliability.hosts import (
     Host,
@@ -47,6 +45,8 @@ from tests.reliability.hosts import (
     start_tansu_on,
 )
 from tests.reliability.verifier import STALL_BOUND, CommitSampler, PermitSampler, Verdict, verify
+from tests.support.processes import lines, write_spec
+from tests.support.recording import Row, read_run
 
 pytestmark = pytest.mark.reliability
 

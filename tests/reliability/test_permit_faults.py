@@ -10,10 +10,10 @@ import pytest
 
 from consumers.dev.embedded.tansu import TansuBroker
 from tests.helpers import wait_until
-from tests.integration.processes import lines, start_consumer, write_spec
 from tests.permit_outage import PermitDb, outage
 from tests.reliability.faults import SOAK, fill, finish_and_verify
 from tests.reliability.verifier import CommitSampler
+from tests.support.processes import lines, start_consumer, write_spec
 
 pytestmark = pytest.mark.reliability
 

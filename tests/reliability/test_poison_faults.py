@@ -16,16 +16,16 @@ import pytest
 from consumers.dev.embedded.tansu import TansuBroker
 from tests.backends import TansuBackend
 from tests.helpers import wait_until
-from tests.integration.processes import lines, start_consumer, write_spec
 from tests.reliability.faults import fill, finish_and_verify
 from tests.reliability.verifier import CommitSampler
+from tests.support.processes import lines, start_consumer, write_spec
 
 pytestmark = pytest.mark.reliability
 
 PARTITIONS = 4
 KEYS = 100
 RECORDS = 4_000
-#: The records the handler never completes (``tests.integration.recording._bad``).
+#: The records the handler never completes (``tests.support.recording._bad``).
 BAD = {("k0", 0), ("k1", 0), ("k2", 0)}
 DRAIN = 2.0
 EXECUTORS = {

@@ -16,9 +16,9 @@ import pytest
 
 from consumers.dev.embedded.pulsar import start_pulsar_lite
 from tests.backends import PulsarBackend, keyed_stream
-from tests.integration.processes import finish, start_consumer, write_spec
 from tests.reliability.faults import SOAK, kill_after
 from tests.reliability.verifier import Positions, verify
+from tests.support.processes import finish, start_consumer, write_spec
 
 pytestmark = pytest.mark.reliability
 

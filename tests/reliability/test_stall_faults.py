@@ -14,9 +14,9 @@ import pytest
 from consumers.backends.kafka.consumer import committed_offsets, log_end_offsets
 from consumers.dev.embedded.tansu import TansuBroker
 from tests.helpers import wait_until
-from tests.integration.processes import finish, lines, start_consumer, write_spec
 from tests.reliability.faults import fill, finish_and_verify
 from tests.reliability.verifier import CommitSampler
+from tests.support.processes import finish, lines, start_consumer, write_spec
 
 pytestmark = pytest.mark.reliability
 

@@ -17,10 +17,10 @@ from consumers.backends.kafka.consumer import committed_offsets, log_end_offsets
 from consumers.dev.embedded.tansu import TansuBroker, create_topic
 from consumers.dev.sample import produce_sample
 from tests.helpers import free_port, wait_until
-from tests.integration.processes import finish, lines, start_consumer, write_spec
 from tests.landing import landed
 from tests.reliability.faults import SOAK, fill
 from tests.reliability.verifier import CommitSampler, verify
+from tests.support.processes import finish, lines, start_consumer, write_spec
 
 pytestmark = pytest.mark.reliability
 

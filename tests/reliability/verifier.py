@@ -1,7 +1,7 @@
 """One verifier for every fault the reliability suite injects.
 
 A run is any number of consumer process runs over one topic, each writing the records it handled
-to its own file (``tests/integration/recording.py``), while :class:`CommitSampler` reads the
+to its own file (``tests/support/recording.py``), while :class:`CommitSampler` reads the
 group's committed offsets every 100 ms (on Pulsar, :class:`Positions` is sampled between runs:
 pulsar-lite admits one client per subscription). :func:`verify` checks the engine's guarantees on all of
 it and returns the figures ``docs/reliability.md`` reports:
@@ -34,7 +34,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from consumers import PermitStoreError
 from consumers.permits.store import PermitStore
-from tests.integration.recording import order_violations, read_run
+from tests.support.recording import order_violations, read_run
 
 SAMPLE_SECONDS = 0.1
 #: A partition behind its log end whose committed position stays put longer than this (while

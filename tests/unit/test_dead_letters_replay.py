@@ -13,7 +13,7 @@ from consumers.dead_letters.listing import list_dead_letters
 from consumers.dead_letters.replay import replay_dead_letters
 from consumers.dead_letters.selection import replay_group
 from consumers.engine.dead_letter_headers import HEADER_REPLAY_COUNT
-from tests.integration.dead_letters import HOUR_MS, Dead, headers_of, now_ms
+from tests.support.dead_letters import HOUR_MS, Dead, headers_of, now_ms
 
 pytestmark = pytest.mark.unit
 

@@ -1,5 +1,5 @@
 """The discovery sensor's decisions, tick by tick, against a small model of run storage
-(:class:`tests.unit.discovery_world.World`), with no Dagster instance.
+(:class:`tests.support.discovery_world.World`), with no Dagster instance.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from orchestration.workloads.names import (
     WORKLOAD_TAG,
 )
 from orchestration.workloads.registry import InvalidSpec, Registry
-from tests.unit.discovery_world import POLICY, S, World, registry, texts, workload
+from tests.support.discovery_world import POLICY, S, World, registry, texts, workload
 
 
 def test_new_workload_gets_a_partition_and_one_run_per_generation() -> None:

@@ -9,7 +9,7 @@ from dataclasses import replace
 from orchestration.workloads.decisions import SCALE_DOWN_SETTLE
 from orchestration.workloads.names import REPLICA_TAG
 from orchestration.workloads.registry import InvalidSpec, Registry
-from tests.unit.discovery_world import S, World, registry, texts, workload
+from tests.support.discovery_world import S, World, registry, texts, workload
 
 
 def replicas_running(world: World) -> dict[int, str]:

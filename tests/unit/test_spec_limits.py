@@ -22,7 +22,7 @@ from orchestration.cli import app
 from orchestration.workloads.finding import find_workload
 from orchestration.workloads.registry import read_registry
 from tests.integration.test_discovery_sensor import Platform
-from tests.unit.discovery_world import World
+from tests.support.discovery_world import World
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,7 @@ import os
 import time
 
 from consumers import Record
-from tests.integration.recording import append_line
+from tests.support.recording import append_line
 
 
 async def timed(rec: Record) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from consumers import Record
-from tests.integration.recording import append_line, handled
+from tests.support.recording import append_line, handled
 
 
 def _path() -> Path:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from consumers.dev.embedded.pulsar import PulsarLiteBroker
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
-from tests.integration.recording import order_violations, read_run
+from tests.support.recording import order_violations, read_run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,10 +45,10 @@ def write_spec(
     extra: str = "",
     drain_timeout: str = "10s",
 ) -> Path:
-    """A spec for ``lanehouse consume`` whose handler is ``tests.integration.recording:<handler>``."""
+    """A spec for ``lanehouse consume`` whose handler is ``tests.support.recording:<handler>``."""
     path.write_text(
         f"""name: recorder
-{source_yaml(broker, topic, group)}handler: tests.integration.recording:{handler}
+{source_yaml(broker, topic, group)}handler: tests.support.recording:{handler}
 ordering: key
 concurrency: {concurrency}
 commit_interval: 200ms

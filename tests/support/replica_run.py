@@ -1,4 +1,4 @@
-"""A run worker for one consumer run: ``python -m tests.integration.replica_run RUN_ID``
+"""A run worker for one consumer run: ``python -m tests.support.replica_run RUN_ID``
 executes the run (created by the test the way the sensor daemon creates it) on the instance at
 ``$DAGSTER_HOME``, as ``dagster api execute_run`` does, and exits once the run ends (stop it by
 marking it CANCELING, as the sensor does). ``$LH_HEARTBEAT_SECONDS`` shortens the heartbeat so
