@@ -37,8 +37,16 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests under ``tests/<tier>/`` get the ``<tier>`` marker, so ``-m unit`` just works."""
+    """Tests under ``tests/<tier>/`` get the ``<tier>`` marker, so ``-m unit`` just works; a
+    contract case on the in-memory backend (``backend`` or ``kafka_backend`` is ``memory``)
+    starts no process, so it is ``unit`` wherever it lives (unless its module says otherwise:
+    the process executor's cases start worker processes)."""
     for item in items:
+        callspec = getattr(item, "callspec", None)
+        chosen = {callspec.params.get(n) for n in ("backend", "kafka_backend")} if callspec else ()
+        if "memory" in chosen and not item.get_closest_marker("integration"):
+            item.add_marker(pytest.mark.unit)
+            continue
         parts = Path(str(item.fspath)).parts
         for tier in _TIERS:
             if tier in parts and not item.get_closest_marker(tier):

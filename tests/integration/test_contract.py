@@ -22,7 +22,7 @@ from consumers.engine.tracked import TrackedRecord
 from tests.backends import Backend, MemoryBackend, keyed_stream
 from tests.helpers import until
 
-pytestmark = pytest.mark.integration
+# The tier comes from tests/conftest.py: integration on a broker, unit in memory.
 
 
 def workload(backend: Backend, topic: str, group: str, handler, **settings) -> Workload:  # type: ignore[no-untyped-def]

@@ -25,7 +25,7 @@ from consumers.engine.dead_letter_headers import decode_dead_letter
 from tests.backends import Backend, MemoryBackend, keyed_stream
 from tests.helpers import until
 
-pytestmark = pytest.mark.integration
+# The tier comes from tests/conftest.py: integration on a broker, unit in memory.
 
 FAST_RETRY = RetryPolicy(max_attempts=4, backoff=0.05, max_backoff=0.2, jitter=False)
 
