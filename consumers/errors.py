@@ -50,6 +50,12 @@ class LanehouseError(Exception):
     offset: int | None = None
     retriable: bool | None = None
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its message and fields, whatever its constructor takes: errors cross to and
+        from worker processes, and ``RemoteError(type_name, message)`` or ``SinkWriteError``
+        rebuilt from ``args`` alone would fail to unpickle."""
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
     def context(self) -> str:
         """``workload orders · topic t[0]@12 · running again can help``: the fields that are set,
         for a line under the message (empty when none is)."""
@@ -91,6 +97,15 @@ def describe(error: BaseException) -> str:
     """The error's message, then its context in brackets when it has one: for log lines."""
     where = error.context() if isinstance(error, LanehouseError) else ""
     return f"{error} [{where}]" if where else str(error)
+
+
+def _rebuild(
+    kind: type[LanehouseError], args: tuple[Any, ...], state: dict[str, Any]
+) -> LanehouseError:
+    error = kind.__new__(kind)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class PlaceError(LanehouseError):

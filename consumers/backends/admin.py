@@ -59,7 +59,8 @@ class ProgressReader(Protocol):
         ...
 
     def batches(self) -> Iterator[list[StoredRecord]]:
-        """Batches until the end of the topic as it was when reading began."""
+        """Batches until the end of the topic: on Kafka each partition's end as the reads reach
+        it; on Pulsar the last message when reading began, or ``idle`` seconds without one."""
         ...
 
     def total(self) -> int | None:
@@ -108,5 +109,5 @@ class DeadLetterStore(Protocol):
         ...
 
     def republisher(self) -> AbstractContextManager[Republisher]:
-        """A sender to this place's topics (idempotent, acknowledged by all replicas)."""
+        """A sender to this place's topics (on Kafka idempotent, acknowledged by all replicas)."""
         ...

@@ -47,9 +47,10 @@ def _store(kind: str, address: str, config: ClientProperties) -> DeadLetterStore
 
 
 def dead_letter_places(spec: WorkloadSpec) -> DeadLetterPlaces:
-    """The stores of ``spec``'s dead letters and of its source (``SpecError`` was raised at load
-    for a workload without ``dead_letter``; this asserts it)."""
-    assert spec.dead_letter is not None
+    """The stores of ``spec``'s dead letters and of its source; a workload without
+    ``dead_letter`` raises ``ValueError`` (the CLI and the replay job check before)."""
+    if spec.dead_letter is None:
+        raise ValueError(f"workload {spec.name!r} has no dead_letter topic")
     source = spec.source
     kind = source.kind
     address = (

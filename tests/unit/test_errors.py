@@ -4,13 +4,25 @@ packages define, drawn truly in the module's docstring, and the context errors c
 from __future__ import annotations
 
 import importlib
+import pickle
 import pkgutil
 import re
 
 import pytest
 
 import consumers
-from consumers import BrokerError, LanehouseError, PlaceError, SinkWriteError, TopicMissing, errors
+from consumers import (
+    BrokerError,
+    DeliveryError,
+    HandlerError,
+    LanehouseError,
+    PlaceError,
+    RemoteError,
+    SinkWriteError,
+    TopicMissing,
+    WorkerDied,
+    errors,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -87,3 +99,23 @@ def test_context_names_the_place_and_whether_running_again_helps() -> None:
     sink = SinkWriteError("orders", "output", "out", ("in", 2, 7), "too large")
     assert isinstance(sink, PlaceError)
     assert sink.context() == "workload orders · topic in[2]@7"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RemoteError("ZeroDivisionError", "division by zero"),
+        SinkWriteError("orders", "dead letter", "dlq", ("in", 2, 7), "too large"),
+        HandlerError("orders", "in", 1, 5, b"k", "RuntimeError: boom"),
+        BrokerError("commit failed", workload="orders", topic="t", partition=0, retriable=True),
+        DeliveryError("refused", permanent=True),
+        WorkerDied("exit -9"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_errors_cross_a_process_boundary_whole(error: LanehouseError) -> None:
+    """A worker process sends errors back pickled: one that cannot be rebuilt from its pickle
+    (``RemoteError`` took two arguments, ``args`` holds one) would stall its partition."""
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is type(error)
+    assert (str(back), back.context(), vars(back)) == (str(error), error.context(), vars(error))

@@ -9,7 +9,11 @@ process ("terminate called without an active exception", exit -6) after a clean 
 it writes into this process's pipe, and one daemon thread turns the lines into log records.
 
 pulsar-client keeps one logger for the whole process, the first client's: the level is the Python
-logger's when the first client is built, and a forked child's lines reach its parent's thread.
+logger's when the first client is built (a process whose first client is another, such as the
+embedded broker's readiness probe, keeps that one's), and a forked child's lines reach its
+parent's thread. Lines still in the pipe when the interpreter exits are not logged. The C++ file
+logger writes without a lock, so two client threads logging at once may interleave their text;
+such a line is kept whole at INFO rather than parsed.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 import threading
 from typing import Final
 
@@ -26,7 +31,7 @@ import pulsar
 CLIENT_LOGGER: Final = logging.getLogger("lanehouse.pulsar.client")
 
 #: ``2026-11-27 08:59:01.713 INFO  [1398] ClientImpl:802 | Closing Pulsar client``
-_LINE: Final = re.compile(rb"^\S+ \S+ (?P<level>[A-Z]+)\s+\[\d+\] \S+ \| ?(?P<message>.*)$")
+_LINE: Final = re.compile(rb"^\S+ \S+ (?P<level>[A-Z]+)\s+\[[^\]]*\] \S+ \| ?(?P<message>.*)$")
 _LEVELS: Final = {
     b"DEBUG": logging.DEBUG,
     b"INFO": logging.INFO,
@@ -46,14 +51,23 @@ class _Pipe:
 
     @staticmethod
     def _forward(read: int) -> None:
+        """Never stops while the process lives: a dead reader would fill the pipe and block
+        every client thread that logs."""
         with os.fdopen(read, "rb") as lines:
             for line in lines:
-                match = _LINE.match(line.rstrip(b"\n"))
-                if match is None:  # a line the format above does not describe: keep it whole
-                    CLIENT_LOGGER.info("%s", line.decode(errors="replace").rstrip())
-                    continue
-                level = _LEVELS.get(match["level"], logging.INFO)
-                CLIENT_LOGGER.log(level, "%s", match["message"].decode(errors="replace"))
+                try:
+                    _log(line)
+                except Exception:  # a handler or filter failing: the line is lost, not the pipe
+                    sys.stderr.write(line.decode(errors="replace"))
+
+
+def _log(line: bytes) -> None:
+    match = _LINE.match(line.rstrip(b"\n"))
+    if match is None:  # a line the format above does not describe: keep it whole
+        CLIENT_LOGGER.info("%s", line.decode(errors="replace").rstrip())
+        return
+    level = _LEVELS.get(match["level"], logging.INFO)
+    CLIENT_LOGGER.log(level, "%s", match["message"].decode(errors="replace"))
 
 
 _pipe: _Pipe | None = None

@@ -11,6 +11,7 @@ the rest was acknowledged by earlier replays, or the broker cannot name its last
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Final
@@ -22,6 +23,8 @@ from consumers.backends.pulsar.client import PARTITION_SUFFIX, client_kwargs
 from consumers.backends.pulsar.consumer import pack_pulsar_position
 from consumers.backends.pulsar.producer import PulsarProducer
 from consumers.errors import BrokerError
+
+log = logging.getLogger(__name__)
 
 #: Messages received (then republished, then acknowledged) per batch.
 BATCH: Final = 500
@@ -75,7 +78,15 @@ class PulsarDeadLetters:
                 end = None if partitioned else _last_entry(consumer)
                 yield _SubscriptionReader(consumer, progress, end, self.idle)
             finally:
-                consumer.close()  # sends any acknowledgement still grouped in the client
+                try:
+                    consumer.close()  # sends any acknowledgement still grouped in the client
+                except pulsar.PulsarException as exc:  # never hides the error that ended the read
+                    log.warning(
+                        "closing %r on %s: %s (unsent acknowledgements are redelivered)",
+                        progress,
+                        topic,
+                        exc,
+                    )
         except pulsar.PulsarException as exc:
             raise BrokerError(f"replaying {topic}: {exc}") from exc
         finally:
@@ -169,13 +180,13 @@ class _SubscriptionReader:
                 return
             if self._end is not None and not reached:
                 reached = max(_entry_of(m) for m in batch) >= self._end
-            self.scanned += len(batch)
             yield [_stored(m) for m in batch]
 
     def total(self) -> int | None:
         return None
 
     def mark_done(self, records: Sequence[StoredRecord]) -> None:
+        self.scanned += len(records)  # only what was handled: the rest is redelivered
         try:
             for record in records:
                 self._consumer.acknowledge(record.handle)
