@@ -11,7 +11,8 @@ every error raised on purpose (``tests/unit/test_errors.py`` holds both and the 
     ├── CallFailed             a record's call failed around the handler, not in it
     │   ├── HandoffTooLarge    a record too large to hand to a worker process
     │   ├── WorkerDied         the worker process running the record exited
-    │   └── RemoteError        a worker's handler exception that could not be pickled back
+    │   ├── RemoteError        a worker's handler exception that could not be pickled back
+    │   └── ReplyUnreadable    a worker's reply that the consumer cannot unpickle
     ├── BrokerError            the broker or client failed in a way the engine cannot absorb
     │   ├── DeliveryError      a record was not written (``permanent``: sending again fails too)
     │   ├── TopicMissing       the broker says a topic does not exist
@@ -299,6 +300,12 @@ class RemoteError(CallFailed):
     def __init__(self, type_name: str, message: str) -> None:
         super().__init__(f"{type_name}: {message}")
         self.type_name = type_name
+
+
+class ReplyUnreadable(CallFailed):
+    """A worker's reply (the handler's result) that the consumer cannot unpickle, such as an
+    exception inside it whose class needs more arguments than it pickles; only that record's
+    call fails, the replies after it are read on."""
 
 
 class PermitStoreError(LanehouseError):

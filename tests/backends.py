@@ -16,15 +16,22 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import pulsar
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from consumers import ConsumerApp, WorkloadSummary
-from consumers.backends.base import ProducerFactory
+from consumers.backends.base import ConsumerFactory, ProducerFactory
 from consumers.backends.kafka.consumer import (
     committed_offsets,
     kafka_consumer_factory,
@@ -43,9 +50,8 @@ from consumers.dev.embedded.pulsar import (
     validate_pulsar_topic,
 )
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker, create_topic
-from consumers.engine.source import ConsumerFactory
 
-Produced = list[tuple[bytes | None, bytes | None]]
+Produced = Sequence[tuple[bytes | None, bytes | None]]
 
 
 @dataclass(frozen=True)
@@ -195,22 +201,31 @@ class TansuBackend:
                 assert time.monotonic() < deadline, f"{topic} not read to its end within 30 s"
                 for m in consumer.consume(10_000, 0.2):
                     error = m.error()
+                    partition = m.partition()
+                    assert partition is not None  # records and EOF events carry one
                     if error is not None:
                         assert error.code() == KafkaError._PARTITION_EOF, error
-                        at_eof.add(m.partition())
+                        at_eof.add(partition)
                     else:
-                        out[m.partition()].append(
-                            Stored(
-                                m.partition(),
-                                m.offset(),
-                                m.key(),
-                                m.value(),
-                                dict(m.headers() or []),
-                            )
+                        offset = m.offset()
+                        assert offset is not None
+                        out[partition].append(
+                            Stored(partition, offset, m.key(), m.value(), _kafka_headers(m))
                         )
             return out
         finally:
             consumer.close()
+
+
+def _kafka_headers(message: Message) -> dict[str, bytes]:
+    """A consumed record's headers; the tests write only bytes values."""
+    headers = message.headers() or []
+    assert isinstance(headers, list), headers  # consumed records carry a list of pairs
+    out: dict[str, bytes] = {}
+    for name, value in headers:
+        assert isinstance(value, bytes), (name, value)
+        out[name] = value
+    return out
 
 
 def unacknowledged(broker: PulsarLiteBroker, subscription: str, topic: str) -> list[MessageKey]:

@@ -1,5 +1,5 @@
-"""The admin jobs' side of the broker contract: what ``lanehouse dead-letters list|replay`` ask of a
-broker, in the same words on Kafka, Pulsar and the in-memory broker.
+"""The admin jobs' side of the broker contract: what ``lanehouse dead-letters list|replay`` and
+``lanehouse rewind`` ask of a broker, in the same words on Kafka, Pulsar and the in-memory broker.
 
 Each broker's room implements :class:`DeadLetterStore` (``kafka/dead_letters.py``,
 ``pulsar/dead_letters.py``, ``memory_admin.py``); what a dead letter is and what a replay does
@@ -7,14 +7,20 @@ with it is broker-neutral and lives in ``consumers/dead_letters/``. A store read
 :class:`StoredRecord`; the replay marks the ones it handled through a :class:`ProgressReader`
 (a Kafka group's commit, a Pulsar subscription's acknowledgement) and republishes through a
 :class:`Republisher`.
+
+A rewind moves a consumer group or subscription through a :class:`GroupRewinder`
+(``kafka/rewind.py``, ``pulsar/rewind.py``, ``memory_admin.py``); the plan, its record and the
+cut-back of landed files are broker-neutral and live in ``consumers/rewind/``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
+
+from consumers.record import SourceIdentity
 
 #: ``(name, value)`` headers as the broker keeps them (a Pulsar property is never ``None``).
 Headers = Sequence[tuple[str, bytes | None]]
@@ -110,4 +116,52 @@ class DeadLetterStore(Protocol):
 
     def republisher(self) -> AbstractContextManager[Republisher]:
         """A sender to this place's topics (on Kafka idempotent, acknowledged by all replicas)."""
+        ...
+
+
+#: Where a rewind puts a group: its first or last retained record, or the first record at or
+#: after an epoch-millisecond time.
+StartAt = Literal["earliest", "latest"] | int
+
+
+@dataclass(frozen=True, slots=True)
+class PositionChange:
+    """One partition's move (Kafka: offsets), or one topic of a subscription's (Pulsar,
+    ``partition`` -1: its backlog in messages, before and after)."""
+
+    topic: str
+    partition: int
+    #: The committed position now; ``None`` when there is none (the reset policy applies).
+    committed: int | None
+    #: The position written.
+    new: int
+    #: Records handled a second time (they were before ``committed``).
+    again: int
+
+
+class GroupRewinder(Protocol):
+    """One consumer group (Kafka) or subscription (Pulsar) that a rewind moves. Every method
+    raises ``RewindRefused`` (nothing changed) when the broker refuses or cannot be read."""
+
+    #: ``"kafka group"`` or ``"pulsar subscription"``, for the plan's lines.
+    kind: str
+    #: The group's or subscription's name.
+    group: str
+
+    def members(self) -> list[str]:
+        """The live members that would overwrite new positions; empty when none, or when the
+        broker itself refuses a rewind of a subscription with live consumers (Pulsar)."""
+        ...
+
+    def rewind(
+        self, at: StartAt, partitions: Collection[int] | None, *, write: bool
+    ) -> list[PositionChange]:
+        """Where ``at`` puts each partition (all when ``partitions`` is None); with ``write``,
+        also move the group there, refused while it has live members."""
+        ...
+
+    def landed_ids(self) -> Mapping[str, SourceIdentity] | None:
+        """Each topic's identity in the lake's file names, for cutting landed files back to the
+        new positions; ``None`` where positions are not offsets (Pulsar: messages delivered
+        again land again, and the clean tables deduplicate them by lineage key)."""
         ...

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,6 +120,19 @@ class MemoryBroker:
             return [
                 g.committed.get((topic, p), (None, ""))[0] for p in range(len(self._topics[topic]))
             ]
+
+    def members(self, group: str) -> int:
+        with self._lock:  # the open consumers of ``group``
+            return len(self._groups.get(group, _Group()).members)
+
+    def alter_offsets(self, group: str, offsets: Iterable[tuple[str, int, int]]) -> None:
+        """Write ``group``'s committed ``(topic, partition, offset)``, as an admin client does."""
+        with self._lock:
+            self._group(group).committed.update({(t, p): (o, "") for t, p, o in offsets})
+
+    def earliest(self, topic: str, partition: int) -> int:
+        with self._lock:  # the partition's earliest offset still held
+            return self._earliest.get((topic, partition), 0)
 
     def producer(self) -> MemoryProducer:
         return MemoryProducer(self)

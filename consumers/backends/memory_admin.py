@@ -1,5 +1,6 @@
-"""The in-memory broker's :class:`~consumers.backends.admin.DeadLetterStore`, so the
-broker-neutral dead-letter jobs (``consumers/dead_letters/``) have fast unit tests.
+"""The in-memory broker's :class:`~consumers.backends.admin.DeadLetterStore` and
+:class:`~consumers.backends.admin.GroupRewinder`, so the broker-neutral dead-letter jobs
+(``consumers/dead_letters/``) and rewinds (``consumers/rewind/``) have fast unit tests.
 
 Progress is a position per (name, topic, partition) held by the store, as a Kafka group's
 committed offset would be; a topic in the broker's ``unavailable`` set refuses republished
@@ -8,14 +9,16 @@ records at :meth:`_Republisher.confirm`, as a broker failing deliveries would.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import bisect
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Final
 
-from consumers.backends.admin import Outgoing, StoredRecord
+from consumers.backends.admin import Outgoing, PositionChange, StartAt, StoredRecord
 from consumers.backends.base import PlainMessage
 from consumers.backends.memory import MemoryBroker
-from consumers.errors import BrokerError
+from consumers.errors import BrokerError, RewindRefused
+from consumers.record import SourceIdentity
 
 #: Records per batch: small, so tests see several.
 BATCH: Final = 3
@@ -44,7 +47,9 @@ class MemoryDeadLetters:
         try:
             return self.broker.read(topic)
         except KeyError:
-            raise BrokerError(f"{role} {topic!r} does not exist on memory") from None
+            raise BrokerError(
+                f"{role} {topic!r} does not exist on memory", topic=topic, retriable=False
+            ) from None
 
 
 class _Reader:
@@ -53,12 +58,15 @@ class _Reader:
         self._topic = topic
         self._name = name
         self._partitions = store._read(topic, "dead-letter topic")
+        #: Where this read starts in each partition: the progress when it began.
+        self._starts = [
+            store.progress.get((name, topic, p), 0) for p in range(len(self._partitions))
+        ]
         self.scanned = 0
 
     def batches(self) -> Iterator[list[StoredRecord]]:
-        progress = self._store.progress
         for partition, messages in enumerate(self._partitions):
-            start = progress.get((self._name, self._topic, partition), 0)
+            start = self._starts[partition]
             waiting = [_stored(m) for m in messages if m.offset() >= start]
             for i in range(0, len(waiting), BATCH):
                 batch = waiting[i : i + BATCH]
@@ -66,7 +74,11 @@ class _Reader:
                 yield batch
 
     def total(self) -> int | None:
-        return sum(len(messages) for messages in self._partitions)
+        """Records this read covers, as on Kafka: from where the progress stood to the end."""
+        starts = self._starts
+        return sum(
+            sum(1 for m in ms if m.offset() >= starts[p]) for p, ms in enumerate(self._partitions)
+        )
 
     def mark_done(self, records: Sequence[StoredRecord]) -> None:
         for record in records:
@@ -94,13 +106,17 @@ class _Republisher:
     def confirm(self, sent: int) -> None:
         refused, self._refused = self._refused, []
         if refused:
-            raise BrokerError(f"republishing to {refused[0]} failed: topic unavailable")
+            raise BrokerError(
+                f"republishing to {refused[0]} failed: topic unavailable", topic=refused[0]
+            )
 
     def _partitions(self, topic: str) -> int:
         try:
             return len(self._broker.end_offsets(topic))
         except KeyError:
-            raise BrokerError(f"target topic {topic!r} does not exist on memory") from None
+            raise BrokerError(
+                f"target topic {topic!r} does not exist on memory", topic=topic, retriable=False
+            ) from None
 
 
 def _stored(message: PlainMessage) -> StoredRecord:
@@ -112,3 +128,65 @@ def _stored(message: PlainMessage) -> StoredRecord:
         value=message.value(),
         headers=list(message.headers() or ()),
     )
+
+
+class MemoryRewinder:
+    """Moves ``group``'s committed offsets on ``topics``, refusing while a consumer is open;
+    ``identities``: the topics' names in the lake, as the workload landed them (no cut-back of
+    landed files without)."""
+
+    kind = "memory group"
+
+    def __init__(
+        self,
+        broker: MemoryBroker,
+        group: str,
+        topics: Sequence[str],
+        identities: Mapping[str, SourceIdentity] | None = None,
+    ) -> None:
+        self.group = group
+        self._broker = broker
+        self._topics = list(topics)
+        self._identities = identities
+
+    def members(self) -> list[str]:
+        return [f"consumer {i}" for i in range(self._broker.members(self.group))]
+
+    def rewind(
+        self, at: StartAt, partitions: Collection[int] | None, *, write: bool
+    ) -> list[PositionChange]:
+        changes = self._plan(at, partitions)
+        if write:
+            if members := self.members():
+                raise RewindRefused(f"group {self.group!r} has live members: {', '.join(members)}")
+            self._broker.alter_offsets(self.group, [(c.topic, c.partition, c.new) for c in changes])
+        return changes
+
+    def landed_ids(self) -> Mapping[str, SourceIdentity] | None:
+        return self._identities
+
+    def _plan(self, at: StartAt, partitions: Collection[int] | None) -> list[PositionChange]:
+        changes = []
+        for topic in self._topics:
+            try:
+                logs, ends = self._broker.read(topic), self._broker.end_offsets(topic)
+            except KeyError:
+                raise RewindRefused(f"topic {topic!r} does not exist on memory") from None
+            unknown = set(partitions or ()) - set(range(len(logs)))
+            if unknown:
+                raise RewindRefused(f"no partition {min(unknown)} in {topic} on memory")
+            committed = self._broker.committed_offsets(self.group, topic)
+            for p, log in enumerate(logs):
+                if partitions is not None and p not in partitions:
+                    continue
+                low = self._broker.earliest(topic, p)
+                held = [m for m in log if m.offset() >= low]
+                if at == "earliest" or at == "latest":
+                    new = low if at == "earliest" else ends[p]
+                else:  # first record at or after ``at``, else the end
+                    i = bisect.bisect_left([m.timestamp()[1] for m in held], at)
+                    new = held[i].offset() if i < len(held) else ends[p]
+                now = committed[p]
+                again = max(0, now - new) if now is not None else 0
+                changes.append(PositionChange(topic, p, now, new, again))
+        return changes

@@ -81,8 +81,14 @@ def replay_dead_letters(
                     outgoing = Outgoing(entry.key, entry.value, list(replay_headers(info)), keep)
                     try:
                         sender.send(into, outgoing)
-                    except BrokerError as exc:
-                        raise BrokerError(f"dead letter {entry.position}: {exc}") from exc
+                    except BrokerError as exc:  # the place stays the refused topic's
+                        raise BrokerError(
+                            f"dead letter {entry.position}: {exc}",
+                            topic=exc.topic,
+                            partition=exc.partition,
+                            offset=exc.offset,
+                            retriable=exc.retriable,
+                        ) from exc
                     republished += 1
                 handled.append(record)
             sender.confirm(republished)

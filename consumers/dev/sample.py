@@ -156,12 +156,15 @@ def produce_sample(
     seconds = time.monotonic() - start
     if failures:
         raise BrokerError(
-            f"{len(failures)} deliveries to {topic!r} on {bootstrap} failed; first: {failures[0]}"
+            f"{len(failures)} deliveries to {topic!r} on {bootstrap} failed; first: {failures[0]}",
+            topic=topic,
         )
     if remaining:
         raise BrokerError(
             f"{remaining} records to {topic!r} on {bootstrap} still unacknowledged "
-            f"after {flush_timeout:.0f} s"
+            f"after {flush_timeout:.0f} s",
+            topic=topic,
+            retriable=True,
         )
     return ProduceSummary(topic=topic, records=count, keys=keys, seconds=seconds)
 
@@ -213,7 +216,9 @@ def produce_pulsar_sample(
                 max_pending_messages=10_000,
             )
         except pulsar.PulsarException as exc:
-            raise BrokerError(f"cannot write to {full!r} on {service_url}: {exc}") from exc
+            raise BrokerError(
+                f"cannot write to {full!r} on {service_url}: {exc}", topic=full
+            ) from exc
         send, sent = producer.send_async, acks.callback
         done = 0
         for n, chunk in _sample_chunks(count, keys, rate, value_size, seed, key_prefix):
@@ -227,19 +232,24 @@ def produce_pulsar_sample(
         producer.flush()
         acks.wait(done, send_timeout)
     except pulsar.PulsarException as exc:
-        raise BrokerError(f"writing to {full!r} on {service_url} failed: {exc}") from exc
+        raise BrokerError(
+            f"writing to {full!r} on {service_url} failed: {exc}", topic=full
+        ) from exc
     finally:
         client.close()
     seconds = time.monotonic() - start
     if acks.failures:
         raise BrokerError(
             f"{len(acks.failures)} sends to {full!r} on {service_url} failed; "
-            f"first: {acks.failures[0]}"
+            f"first: {acks.failures[0]}",
+            topic=full,
         )
     if acks.ok < count:
         raise BrokerError(
             f"{count - acks.ok} records to {full!r} on {service_url} still unacknowledged "
-            f"after {send_timeout:.0f} s"
+            f"after {send_timeout:.0f} s",
+            topic=full,
+            retriable=True,
         )
     return ProduceSummary(topic=full, records=count, keys=keys, seconds=seconds)
 

@@ -1,4 +1,4 @@
-"""Intake: client messages filed into their partition's tracker and lane (the hot path), and
+"""Intake: client messages admitted into their partition's tracker and lane (the hot path), and
 the flow control that keeps a partition's buffer bounded.
 
 A partition pauses once its tracker holds ``limit`` delivered-but-incomplete records and resumes
@@ -53,12 +53,13 @@ class Intake:
         #: Partitions whose landing fails: paused until it works again.
         self._held: set[PartitionKey] = set()
 
-    def file(self, messages: list[MessageLike], now: float) -> list[TrackedRecord]:
-        """File ``messages``; returns the records a previous owner already completed (their
-        offsets were in the commit metadata), for the caller to complete without a call.
+    def admit(self, messages: list[MessageLike], now: float) -> list[TrackedRecord]:
+        """Admit ``messages`` to their lanes; returns the records a previous owner already
+        completed (their offsets were in the commit metadata), for the caller to complete
+        without a call.
 
         A poll holds runs of one partition's messages; each run is read into records in one
-        loop, then tracked and filed whole (:meth:`_file_run`), not a call per record."""
+        loop, then tracked and admitted whole (:meth:`_admit_run`), not a call per record."""
         parts = self._parts
         counters = self._counters
         skipped: list[TrackedRecord] = []
@@ -74,7 +75,7 @@ class Intake:
             partition = msg.partition()
             if part is None or part.partition != partition or part.topic != topic:
                 if part is not None:
-                    self._file_run(part, run, now, skipped)
+                    self._admit_run(part, run, now, skipped)
                     run = []
                 part = parts.get((topic, partition))  # type: ignore[arg-type]
                 if part is not None:
@@ -102,17 +103,17 @@ class Intake:
             )
             run.append(rec)
         if part is not None:
-            self._file_run(part, run, now, skipped)
+            self._admit_run(part, run, now, skipped)
         return skipped
 
-    def _file_run(
+    def _admit_run(
         self,
         part: PartitionState,
         run: list[TrackedRecord],
         now: float,
         skipped: list[TrackedRecord],
     ) -> None:
-        """Track and file one partition's new records (in offset order), then pause the
+        """Track and admit one partition's new records (in offset order), then pause the
         partition if its buffer is full: once per run, not per record."""
         if run:
             part.tracker.deliver(run, now)
@@ -120,16 +121,16 @@ class Intake:
                 part.awaiting_outputs.extend(run)
             self._counters.consumed += len(run)
             if part.skip or part.suspect is not None:
-                self._file_one_by_one(part, run, skipped)
+                self._admit_one_by_one(part, run, skipped)
             else:
-                self._ready.file_run(part, run, self._route, self._ordered)
+                self._ready.join_run(part, run, self._route, self._ordered)
         self.pause_if_full(part)
 
-    def _file_one_by_one(
+    def _admit_one_by_one(
         self, part: PartitionState, run: list[TrackedRecord], skipped: list[TrackedRecord]
     ) -> None:
         """The rare run: offsets a previous owner completed, or a suspect window."""
-        file, route, ordered = self._ready.file, self._route, self._ordered
+        join, route, ordered = self._ready.join, self._route, self._ordered
         for rec in run:
             if part.skip and rec.offset in part.skip:
                 part.skip.discard(rec.offset)
@@ -139,11 +140,11 @@ class Intake:
             suspect = part.suspect
             if suspect is not None:  # earlier holders died: one at a time, then the rest
                 if suspect.admits(rec.offset):
-                    file(part, SUSPECT_LANE, True, rec)
+                    join(part, SUSPECT_LANE, True, rec)
                 else:
                     suspect.later.append(rec)
                 continue
-            file(part, route(rec.key), ordered, rec)
+            join(part, route(rec.key), ordered, rec)
 
     def end_window(self, part: PartitionState) -> None:
         """A suspect window's last record is done (none of it runs or waits): the partition
@@ -153,9 +154,9 @@ class Intake:
             return
         part.suspect = None
         suspect.calm()
-        file, route, ordered = self._ready.file, self._route, self._ordered
+        join, route, ordered = self._ready.join, self._route, self._ordered
         for rec in suspect.later:
-            file(part, route(rec.key), ordered, rec)
+            join(part, route(rec.key), ordered, rec)
 
     def pause_if_full(self, part: PartitionState) -> None:
         key = (part.topic, part.partition)

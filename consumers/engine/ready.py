@@ -3,7 +3,7 @@
 The one place a lane changes state. A lane is *ready* while it sits in the queue and *busy*
 while one of its records runs (ordered lanes only), so a key never runs twice at once::
 
-    file(rec) ──► lane ───────► ready ──take()──► busy ──release()──► ready again, or freed
+    join(rec) ──► lane ───────► ready ──take()──► busy ──release()──► ready again, or freed
                                    ▲                  └──(retry held)── requeue() at the front
 
 An empty lane leaves its partition's lane table (memory follows the records in flight, not the
@@ -33,7 +33,7 @@ class ReadyLanes:
     def __bool__(self) -> bool:
         return bool(self._lanes)
 
-    def file(
+    def join(
         self, part: PartitionState, lane_id: Hashable, ordered: bool, rec: TrackedRecord
     ) -> None:
         """A new record joins its lane (made on demand); the lane queues if it was idle."""
@@ -45,14 +45,14 @@ class ReadyLanes:
             lane.ready = True
             self._lanes.append(lane)
 
-    def file_run(
+    def join_run(
         self,
         part: PartitionState,
         run: list[TrackedRecord],
         route: Callable[[bytes | None], Hashable],
         ordered: bool,
     ) -> None:
-        """:meth:`file` for a run of one partition's records, in one loop (the hot path)."""
+        """:meth:`join` for a run of one partition's records, in one loop (the hot path)."""
         lanes, ready = part.lanes, self._lanes
         for rec in run:
             lane_id = route(rec.key)

@@ -308,7 +308,7 @@ class WorkloadRunner:
             return
         now = self._clock.now()
         self.last_ingest = now
-        for rec in self._intake.file(messages, now):
+        for rec in self._intake.admit(messages, now):
             self._resolver.done(rec, (), land=False)  # a previous owner completed it
         self._dispatch.arrived()
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
+from consumers.backends.admin import StartAt
 from consumers.config.loading import parse_duration
 
 __all__ = ["RewindTarget", "parse_target"]
@@ -25,6 +26,17 @@ class RewindTarget:
 
     kind: Literal["earliest", "latest", "time"]
     at_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.kind == "time") != (self.at_ms is not None):
+            raise ValueError(f"a rewind target of kind {self.kind!r} with at_ms={self.at_ms}")
+
+    def start_at(self) -> StartAt:
+        """The target in the brokers' words (:class:`~consumers.backends.admin.GroupRewinder`)."""
+        if self.kind == "earliest" or self.kind == "latest":
+            return self.kind
+        assert self.at_ms is not None  # __post_init__
+        return self.at_ms
 
     def describe(self) -> str:
         if self.at_ms is None:

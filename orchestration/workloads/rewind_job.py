@@ -35,12 +35,10 @@ from dagster import (
 from pydantic import Field
 
 from consumers import LanehouseError, RewindRefused, WorkloadSpec
-from consumers.rewind.apply import rewind_workload
-from consumers.rewind.kafka import kafka_members
+from consumers.rewind.apply import rewind_workload, rewinder_for
 from consumers.rewind.plan import RewindPlan
 from consumers.rewind.target import RewindTarget, parse_target
 from orchestration import settings
-from orchestration.workloads.discovery import UNFINISHED, stop_run
 from orchestration.workloads.discovery_model import Cancel, StopReason
 from orchestration.workloads.finding import find_workload
 from orchestration.workloads.names import (
@@ -52,6 +50,7 @@ from orchestration.workloads.names import (
     workloads_dir,
 )
 from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
+from orchestration.workloads.run_control import UNFINISHED, stop_run
 
 __all__ = ["REWIND_STOP_REASON", "RewindConfig", "rewind_job"]
 
@@ -142,15 +141,14 @@ def stop_consumer_runs(
 
 
 def wait_for_no_members(spec: WorkloadSpec, timeout: float) -> None:
-    """Kafka: until the group has no member (a member killed outright stays until its session
-    times out). A Pulsar rewind checks for consumers itself."""
-    if spec.source.kind != "kafka":
-        return
+    """Until the group has no member: a Kafka member killed outright stays until its session
+    times out. (A Pulsar rewind's exclusive consumer is its own check.)"""
+    group = rewinder_for(spec)
     deadline = time.monotonic() + timeout
-    while members := kafka_members(spec):
+    while members := group.members():
         if time.monotonic() > deadline:
             raise RewindRefused(
-                f"group {spec.source.group!r} still has members after {timeout:.0f} s: "
+                f"{group.kind} {group.group!r} still has members after {timeout:.0f} s: "
                 f"{', '.join(members)}"
             )
         time.sleep(_POLL_SECONDS)

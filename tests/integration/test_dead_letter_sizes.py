@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,9 @@ def records(big: int, count: int = SMALL) -> list[tuple[bytes | None, bytes | No
     return [(b"k%d" % i, b"x" * (big if i == BIG_AT else 100)) for i in range(count)]
 
 
-def spec_for(tmp_path: Path, source: dict[str, object], dead_letter: dict[str, object]) -> Path:
+def spec_for(
+    tmp_path: Path, source: Mapping[str, object], dead_letter: Mapping[str, object]
+) -> Path:
     path = tmp_path / "sizes.yaml"
     spec = {
         "name": "sizes",

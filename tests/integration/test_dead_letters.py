@@ -196,13 +196,14 @@ def test_a_failed_batch_is_not_committed_and_the_rerun_republishes_it(
         [Dead("orders", b"small", b"s", target), Dead("orders", b"big", b"x" * 5000, target)],
     )
     # The producer refuses the second record; the first may already be out.
-    with pytest.raises(BrokerError, match="cannot republish"):
+    with pytest.raises(BrokerError, match="cannot republish") as refused:
         replay_dead_letters(
             KafkaDeadLetters(bootstrap, {**CLIENT, "message.max.bytes": 2000}),
             dlq,
             "orders",
             target,
         )
+    assert refused.value.topic == target
     assert committed_offsets(bootstrap, replay_group("orders"), dlq, 1) == {0: -1001}
 
     summary = replay_dead_letters(KafkaDeadLetters(bootstrap, CLIENT), dlq, "orders", target)
@@ -212,13 +213,17 @@ def test_a_failed_batch_is_not_committed_and_the_rerun_republishes_it(
 
 
 def test_missing_topics_are_clear_errors(kafka_broker: TansuBroker, topic_factory) -> None:
+    """They name the topic in the message and as the error's field, and say a rerun cannot
+    help (the CLI prints both)."""
     dlq = topic_factory(1)
-    with pytest.raises(BrokerError, match="dead-letter topic 'no-such-dlq' does not exist"):
+    with pytest.raises(BrokerError, match="dead-letter topic 'no-such-dlq' does not exist") as e:
         list_dead_letters(KafkaDeadLetters(kafka_broker.bootstrap, CLIENT), "no-such-dlq", "orders")
-    with pytest.raises(BrokerError, match="target topic 'no-such-target' does not exist"):
+    assert (e.value.topic, e.value.retriable) == ("no-such-dlq", False)
+    with pytest.raises(BrokerError, match="target topic 'no-such-target' does not exist") as e:
         replay_dead_letters(
             KafkaDeadLetters(kafka_broker.bootstrap), dlq, "orders", "no-such-target"
         )
+    assert e.value.context() == "topic no-such-target · running again will not help"
 
 
 def test_cli_list_and_replay(kafka_broker: TansuBroker, topic_factory, tmp_path: Path) -> None:

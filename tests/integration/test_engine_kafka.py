@@ -4,22 +4,26 @@ odd records."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
 import random
 import statistics
+from pathlib import Path
 
 import pytest
 
 from consumers import ConsumerApp, Record, RunnerSettings, Workload
-from consumers.backends.kafka.consumer import kafka_consumer_factory
+from consumers.backends.kafka.consumer import kafka_consumer_factory, kafka_identities
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
 from consumers.dev.examples import OrderCheck
 from consumers.dev.sample import produce_sample
 from tests.backends import TansuBackend, assert_all_committed, run_sampling_shares
+from tests.conftest import TopicFactory
 
 pytestmark = pytest.mark.integration
 
 
-def factory(broker: TansuBroker, group: str, **config: object):  # type: ignore[no-untyped-def]
+def factory(broker: TansuBroker, group: str, **config: object):
     return kafka_consumer_factory(
         {**TEST_CLIENT_CONFIG, "bootstrap.servers": broker.bootstrap, "group.id": group, **config}
     )
@@ -155,3 +159,34 @@ async def test_transactional_topic_is_committed_to_its_log_end_when_idle(
 
     assert summary.counters["completed"] == len(handled) >= 750
     assert_all_committed(kafka_broker.bootstrap, "g-txn", topic, 2)
+
+
+def librdkafka_clients() -> int:
+    """librdkafka instances alive in this process: each has one thread named rdk:main."""
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            names.append(Path(f"/proc/self/task/{task}/comm").read_text().strip())
+        except OSError:  # the thread ended meanwhile
+            continue
+    return names.count("rdk:main")
+
+
+def test_workloads_of_one_cluster_share_one_admin_client(
+    kafka_broker: TansuBroker, topic_factory: TopicFactory
+) -> None:
+    """Each workload's watch on replaced topics looks its topics up every few seconds; 50
+    workloads of a host run used to hold 50 admin clients (about 200 threads)."""
+    topic = topic_factory(partitions=1)
+    config = {"bootstrap.servers": kafka_broker.bootstrap, **TEST_CLIENT_CONFIG}
+    before = librdkafka_clients()
+    lookups = [kafka_identities(dict(config)) for _ in range(5)]
+    ids = {lookup([topic])[topic].topic_id for lookup in lookups}
+    assert len(ids) == 1
+    assert librdkafka_clients() == before + 1
+    other = kafka_identities({**config, "client.id": "another"})
+    assert other([topic])[topic].topic_id in ids
+    assert librdkafka_clients() == before + 2
+    del lookups, other
+    gc.collect()
+    assert librdkafka_clients() == before, "the shared client outlived its workloads"

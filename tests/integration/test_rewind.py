@@ -10,11 +10,10 @@ from pathlib import Path
 import pulsar
 import pytest
 import yaml
-from click.testing import Result
 from confluent_kafka import Consumer, Producer
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
-from consumers import Record, RewindRefused, WorkloadSpec
+from consumers import KafkaSourceSpec, Record, RewindRefused, WorkloadSpec
 from consumers.backends.kafka.consumer import committed_offsets
 from consumers.dev.embedded.pulsar import PulsarLiteBroker, validate_pulsar_topic
 from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
@@ -73,6 +72,7 @@ async def test_kafka_rewind_by_time_handles_from_there_again_and_keeps_the_lake_
     topic, count = topic_factory(2), 10_000
     stamps = produce_days(kafka_broker.bootstrap, topic, count, 2)
     spec, specs, state = declare(tmp_path, kafka_spec(kafka_broker, topic))
+    assert isinstance(spec.source, KafkaSourceSpec)
     lake = state / "lake"
     HANDLED.clear()
     await build_app([spec], lake=lake).run(until_idle=1.0)
@@ -115,6 +115,7 @@ def test_bad_input_is_refused_and_changes_nothing(
     topic = topic_factory(2)
     produce_days(kafka_broker.bootstrap, topic, 100, 2)
     spec, specs, state = declare(tmp_path, kafka_spec(kafka_broker, topic))
+    assert isinstance(spec.source, KafkaSourceSpec)
 
     unknown = cli("nobody", "--to", "earliest", specs=specs, state=state)
     assert unknown.exit_code == 2 and "no workload named 'nobody'" in unknown.output
@@ -193,6 +194,7 @@ def test_a_disabled_workload_can_be_rewound_before_it_is_enabled_again(
     topic = topic_factory(1)
     produce_days(kafka_broker.bootstrap, topic, 10, 1)
     spec, specs, state = declare(tmp_path, {**kafka_spec(kafka_broker, topic), "enabled": False})
+    assert isinstance(spec.source, KafkaSourceSpec)
     done = cli("rewound", "--to", "latest", specs=specs, state=state)
     assert done.exit_code == 0, done.output
     assert f"{topic}[0]: nothing committed -> 10, 0 handled again" in done.output

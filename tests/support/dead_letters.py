@@ -48,7 +48,8 @@ def write(bootstrap: str, dlq: str, letters: list[Dead], raw: tuple[bytes, ...] 
         }
     )
     for d in letters:
-        producer.produce(dlq, d.value, d.key, partition=d.dlq_partition, headers=headers_of(d))
+        headers: list[tuple[str, str | bytes | None]] = list(headers_of(d))
+        producer.produce(dlq, d.value, d.key, partition=d.dlq_partition, headers=headers)
     for value in raw:
         producer.produce(dlq, value, b"raw", partition=0)
     assert producer.flush(10) == 0 and not failures, failures
@@ -100,7 +101,8 @@ def read_all(bootstrap: str, topic: str, partitions: int) -> list[tuple[Any, ...
     )
     consumer.list_topics(timeout=10)  # metadata first: the first fetch then starts at once
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    records, at_end = [], set()
+    records: list[tuple[Any, ...]] = []
+    at_end: set[int | None] = set()
     deadline = time.monotonic() + 20
     try:
         while len(at_end) < partitions:

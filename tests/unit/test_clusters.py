@@ -11,7 +11,17 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from consumers import KafkaCluster, PlatformConfig, SpecError, WorkloadSpec, load_spec, load_specs
+from consumers import (
+    DeliveryError,
+    KafkaCluster,
+    KafkaSourceSpec,
+    PlatformConfig,
+    SpecError,
+    WorkloadSpec,
+    load_spec,
+    load_specs,
+)
+from consumers.backends.base import delivery_failure
 from consumers.backends.routing import RoutedProducer, routed_producer_factory
 from consumers.config.platform import load_platform_config
 from consumers.config.spec import spec_hash
@@ -172,6 +182,9 @@ class StubProducer:
 
     def close(self) -> None:
         self.closed = True
+
+    def delivery_error(self, error: object) -> DeliveryError:
+        return delivery_failure(error)
 
 
 def test_a_routed_producer_sends_each_topic_through_its_producer() -> None:
@@ -358,4 +371,5 @@ def test_the_example_workloads_run_on_the_compose_and_the_up_configs(
             "clickstream": "kafka",
             "orders": "pulsar",
         }
+        assert isinstance(specs[0].source, KafkaSourceSpec)
         assert specs[0].source.bootstrap_servers == kafka

@@ -38,7 +38,7 @@ def stream(backend: MemoryBackend) -> tuple[str, list[tuple[bytes, bytes]]]:
     return topic, records
 
 
-def workload(backend: MemoryBackend, topic: str, handler, **settings) -> Workload:  # type: ignore[no-untyped-def]
+def workload(backend: MemoryBackend, topic: str, handler, **settings) -> Workload:
     defaults = {
         "name": "sizes",
         "commit_interval": 0.02,

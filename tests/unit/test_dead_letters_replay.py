@@ -33,7 +33,9 @@ def broker_with(dlq_partitions: int, letters: list[Dead], raw: int = 0) -> Memor
     return broker
 
 
-def target(broker: MemoryBroker, topic: str) -> list[tuple[int, bytes | None, bytes | None, list]]:
+def target(
+    broker: MemoryBroker, topic: str
+) -> list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]] | None]]:
     return [
         (m.partition(), m.key(), m.value(), m.headers())
         for partition in broker.read(topic)
@@ -133,6 +135,16 @@ def test_a_refused_batch_is_not_marked_and_the_rerun_sends_it() -> None:
     )
     assert summary.replayed == 5
     assert seen == [(3, 5), (5, 5)]  # one call a batch of three
+
+    # A later run covers only what came since: its total counts from where the progress stands.
+    for d in [Dead("orders", b"late", b"v", "orders.in")] * 2:
+        headers = [(name, value) for name, value in headers_of(d) if value is not None]
+        broker.produce("dlq", d.value, d.key, partition=0, headers=headers)
+    seen.clear()
+    later = replay_dead_letters(
+        store, "dlq", "orders", None, progress=lambda done, total: seen.append((done, total))
+    )
+    assert (later.replayed, seen) == (2, [(2, 2)])
 
 
 def test_replays_go_to_the_target_store_when_the_source_is_elsewhere() -> None:

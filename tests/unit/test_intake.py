@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from consumers import MessageLike, Record
+from consumers import MessageLike
 from consumers.backends.base import PartitionKey, PlainMessage
 from consumers.engine.counters import WorkloadCounters
 from consumers.engine.crashes import SUSPECT_LANE, Mark, Suspect
@@ -19,6 +19,7 @@ from consumers.engine.intake import Intake
 from consumers.engine.lanes import lane_router
 from consumers.engine.partition import PartitionState
 from consumers.engine.ready import ReadyLanes
+from consumers.engine.tracked import TrackedRecord
 
 pytestmark = pytest.mark.unit
 
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.unit
 class Failed(PlainMessage):
     """A client error in place of a message (librdkafka's partition EOF, a broker error)."""
 
-    def error(self) -> Any:  # type: ignore[override]
+    def error(self) -> Any:
         return "broker transport failure"
 
 
@@ -54,8 +55,8 @@ class Setup:
             sequenced=False,
         )
 
-    def file(self, *messages: MessageLike) -> list[Record]:
-        return self.intake.file(list(messages), now=5.0)
+    def admit(self, *messages: MessageLike) -> list[TrackedRecord]:
+        return self.intake.admit(list(messages), now=5.0)
 
     def lane(self, partition: int, key: Hashable) -> list[int]:
         lane = self.parts[("t", partition)].lanes[key]
@@ -68,7 +69,7 @@ class Setup:
 
 def test_a_poll_of_two_partitions_files_each_run_into_its_key_lanes_in_offset_order() -> None:
     s = Setup()
-    s.file(msg(0, 0, b"a"), msg(0, 1, b"b"), msg(1, 0, b"a"), msg(0, 2, b"a"), msg(1, 1, b"a"))
+    s.admit(msg(0, 0, b"a"), msg(0, 1, b"b"), msg(1, 0, b"a"), msg(0, 2, b"a"), msg(1, 1, b"a"))
     assert s.lane(0, b"a") == [0, 2] and s.lane(0, b"b") == [1] and s.lane(1, b"a") == [0, 1]
     assert s.tracked(0) == [0, 1, 2] and s.tracked(1) == [0, 1]
     assert s.counters.consumed == 5 and len(s.ready) == 3  # lanes (0,a), (0,b), (1,a)
@@ -79,8 +80,8 @@ def test_a_poll_of_two_partitions_files_each_run_into_its_key_lanes_in_offset_or
 
 def test_a_redelivered_offset_is_counted_and_never_filed_twice() -> None:
     s = Setup()
-    s.file(msg(0, 0), msg(0, 1))
-    s.file(msg(0, 1), msg(0, 2), msg(0, 0), msg(0, 3))  # the client went back twice
+    s.admit(msg(0, 0), msg(0, 1))
+    s.admit(msg(0, 1), msg(0, 2), msg(0, 0), msg(0, 3))  # the client went back twice
     assert s.tracked(0) == [0, 1, 2, 3] and s.lane(0, b"k") == [0, 1, 2, 3]
     assert s.counters.redelivered == 2 and s.counters.consumed == 4
 
@@ -88,7 +89,7 @@ def test_a_redelivered_offset_is_counted_and_never_filed_twice() -> None:
 def test_unassigned_and_closing_partitions_and_client_errors_are_counted_not_filed() -> None:
     s = Setup()
     s.ready.close(s.parts[("t", 1)])
-    s.file(msg(0, 0), Failed("t", 0, 1, None, None, None, 0), msg(1, 0), msg(7, 0), msg(0, 1))
+    s.admit(msg(0, 0), Failed("t", 0, 1, None, None, None, 0), msg(1, 0), msg(7, 0), msg(0, 1))
     assert s.tracked(0) == [0, 1] and s.tracked(1) == []
     assert s.counters.client_errors == 1 and s.counters.dropped_unassigned == 2
 
@@ -96,7 +97,7 @@ def test_unassigned_and_closing_partitions_and_client_errors_are_counted_not_fil
 def test_offsets_a_previous_owner_finished_are_tracked_and_handed_back_not_filed() -> None:
     s = Setup()
     s.parts[("t", 0)].skip = {1}
-    skipped = s.file(msg(0, 0), msg(0, 1), msg(0, 2))
+    skipped = s.admit(msg(0, 0), msg(0, 1), msg(0, 2))
     assert [r.offset for r in skipped] == [1] and s.counters.skipped == 1
     assert s.tracked(0) == [0, 1, 2]  # the caller completes it, so the watermark passes it
     assert s.lane(0, b"k") == [0, 2] and s.parts[("t", 0)].skip == set()
@@ -107,7 +108,7 @@ def test_a_suspect_window_runs_alone_and_holds_the_records_behind_it(tmp_path: P
     part = s.parts[("t", 0)]
     fd = os.open(tmp_path / "mark", os.O_RDWR | os.O_CREAT)  # the window's journal
     part.suspect = Suspect(fd, Mark(deaths=2), window=2)
-    s.file(msg(0, 0, b"a"), msg(0, 1, b"b"), msg(0, 2, b"a"))
+    s.admit(msg(0, 0, b"a"), msg(0, 1, b"b"), msg(0, 2, b"a"))
     os.close(fd)
     assert s.lane(0, SUSPECT_LANE) == [0, 1]
     assert [r.offset for r in part.suspect.later] == [2] and b"a" not in part.lanes
@@ -115,7 +116,7 @@ def test_a_suspect_window_runs_alone_and_holds_the_records_behind_it(tmp_path: P
 
 def test_a_full_partition_pauses_once_a_poll_and_resumes_at_half() -> None:
     s = Setup(limit=4)
-    s.file(*(msg(0, o) for o in range(5)), msg(1, 0))
+    s.admit(*(msg(0, o) for o in range(5)), msg(1, 0))
     assert s.paused == [[("t", 0)]]  # once for the run, not once a record past the limit
     part = s.parts[("t", 0)]
     for _ in range(2):
@@ -131,7 +132,7 @@ def test_a_full_partition_pauses_once_a_poll_and_resumes_at_half() -> None:
 
 def test_a_held_partition_stays_paused_whatever_its_buffer() -> None:
     s = Setup(limit=4)
-    s.file(msg(0, 0))
+    s.admit(msg(0, 0))
     s.intake.hold("t", 0, True)
     assert s.paused == [[("t", 0)]]
     s.intake.resume_if_drained(s.parts[("t", 0)])

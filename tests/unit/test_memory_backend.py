@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from consumers import BrokerError
+from consumers import BrokerError, MessageLike
 from consumers.backends.base import NO_OFFSET, CommitOffset, PartitionKey
 from consumers.backends.memory import MemoryBroker, MemoryConsumer
 from tests.helpers import wait_until
@@ -61,7 +61,7 @@ def test_produce_and_consume_with_offsets() -> None:
     consumer = broker.consumer("g")
     _only(consumer, partitions=2)
     messages = consumer.consume(100, timeout=0)
-    got = {(m.partition(), m.offset()): m for m in messages}
+    got: dict[tuple[int, int], MessageLike] = {(m.partition(), m.offset()): m for m in messages}
     assert sorted(got) == sorted(produced)
     for i, where in enumerate(produced):
         m = got[where]

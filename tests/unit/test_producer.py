@@ -11,7 +11,7 @@ import pytest
 
 from consumers import DeliveryError
 from consumers.backends.base import delivery_failure
-from consumers.engine.producer import AckedProducer
+from consumers.engine.producer import AckedProducer, Done
 from tests.helpers import until
 
 pytestmark = pytest.mark.unit
@@ -62,14 +62,24 @@ class ScriptedClient:
         return delivery_failure(error)
 
 
+def appends(done: list[tuple[bytes, DeliveryError | None]], value: bytes) -> Done:
+    """An ``on_done`` that appends ``(value, error)`` to ``done``."""
+    return lambda error: done.append((value, error))
+
+
+def stores(done: dict[bytes, DeliveryError | None], value: bytes) -> Done:
+    """An ``on_done`` that sets ``done[value]`` to the error (None once delivered)."""
+    return lambda error: done.update({value: error})
+
+
 async def test_records_refused_for_a_full_queue_keep_their_order_and_count_in_flight() -> None:
     client = ScriptedClient()
     producer = AckedProducer("p", lambda: client, asyncio.get_running_loop())
-    done: list[tuple[bytes, str | None]] = []
+    done: list[tuple[bytes, DeliveryError | None]] = []
     try:
         client.full = True
         for value in (b"1", b"2", b"3"):
-            producer.send("t", None, value, None, lambda e, v=value: done.append((v, e)))
+            producer.send("t", None, value, None, appends(done, value))
         assert producer.in_flight == 3 and client.produced == []
         client.full = False
         await until(lambda: len(done) == 3)
@@ -87,7 +97,7 @@ async def test_a_refused_record_fails_through_its_callback_and_the_rest_go_on() 
     done: dict[bytes, DeliveryError | None] = {}
     try:
         for value in (b"a", b"huge", b"b"):
-            producer.send("t", None, value, None, lambda e, v=value: done.update({v: e}))
+            producer.send("t", None, value, None, stores(done, value))
         await until(lambda: len(done) == 3)
         assert done[b"a"] is None and done[b"b"] is None
         huge = done[b"huge"]
@@ -111,7 +121,7 @@ async def test_a_failure_says_whether_sending_again_can_help() -> None:
     done: dict[bytes, DeliveryError | None] = {}
     try:
         for value in (b"unknown", b"too-large", b"away"):
-            producer.send("t", None, value, None, lambda e, v=value: done.update({v: e}))
+            producer.send("t", None, value, None, stores(done, value))
         await until(lambda: len(done) == 3)
         told = {v: (e.reason, e.permanent) for v, e in done.items() if e is not None}
         assert told == {

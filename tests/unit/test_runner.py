@@ -178,7 +178,11 @@ async def release_randomly(gate: Gate, rnd: random.Random, total: int) -> None:
         key = rnd.choice(sorted(gate.running))
         done = len(gate.returned)
         gate.release(*key)
-        await until(lambda n=done: len(gate.returned) > n, what=f"{key} returned")
+
+        def returned(n: int = done) -> bool:
+            return len(gate.returned) > n
+
+        await until(returned, what=f"{key} returned")
 
 
 class Harness:
@@ -219,7 +223,10 @@ async def make() -> AsyncIterator[Callable[..., Harness]]:
     made: list[Harness] = []
 
     def factory(
-        handler: Any, partitions: Iterable[int] = (0,), pool_size: int = 1000, **settings: Any
+        handler: Any,
+        partitions: Iterable[int | PartitionState] = (0,),
+        pool_size: int = 1000,
+        **settings: Any,
     ) -> Harness:
         parts = [
             p if isinstance(p, PartitionState) else PartitionState(TOPIC, p) for p in partitions
@@ -257,7 +264,7 @@ async def test_key_mode_keeps_per_key_order_under_random_completion_order(
     gate = Gate(lane_of=by_key)
     h = make(gate, ordering="key")
     h.ingest(msgs)
-    first_per_key = {}
+    first_per_key: dict[bytes | None, int] = {}
     for m in msgs:
         first_per_key.setdefault(m.key(), m.offset())
     # Every key's first record starts at once: keys run in parallel.
@@ -340,12 +347,11 @@ async def test_never_more_handler_calls_than_concurrency(
         done = len(gate.returned)
         gate.release(*key)
         left = len(msgs) - done - 1
-        await until(
-            lambda n=done, left=left: (
-                len(gate.returned) > n and len(gate.running) == min(concurrency, left)
-            ),
-            what="the freed slot is reused",
-        )
+
+        def reused(n: int = done, left: int = left) -> bool:
+            return len(gate.returned) > n and len(gate.running) == min(concurrency, left)
+
+        await until(reused, what="the freed slot is reused")
     assert gate.max_running == concurrency
     await until(lambda: h.runner.counters.completed == len(msgs))
     assert sorted(await h.finish()) == [(TOPIC, 0, 23, ""), (TOPIC, 1, 24, "")]
@@ -406,10 +412,14 @@ async def test_virtual_partitions_bound_the_lanes_and_keep_key_order(
     await settle()
     while len(gate.returned) < len(msgs):
         assert len(part.lanes) <= lanes
-        key = rnd.choice(sorted(gate.running))
+        running = rnd.choice(sorted(gate.running))
         done = len(gate.returned)
-        gate.release(*key)
-        await until(lambda n=done: len(gate.returned) > n)
+        gate.release(*running)
+
+        def returned(n: int = done) -> bool:
+            return len(gate.returned) > n
+
+        await until(returned)
         await settle()
     assert gate.violations == []  # per key order held
     assert gate.max_running <= lanes
@@ -543,7 +553,7 @@ async def test_pause_at_max_buffered_and_resume_at_half(make: Callable[..., Harn
     assert h.control.pauses == []
     h.ingest([Msg(0, 5, None), Msg(1, 0, None)])
     assert h.control.pauses == [[(TOPIC, 0)]]
-    assert h.parts[0].paused and not h.parts[1].paused
+    assert (h.parts[0].paused, h.parts[1].paused) == (True, False)
     h.ingest([Msg(0, 6, None)])  # already in flight at the client: no second pause
     assert h.control.pauses == [[(TOPIC, 0)]]
     await until(lambda: len(gate.running) == 8)
@@ -557,7 +567,11 @@ async def test_pause_at_max_buffered_and_resume_at_half(make: Callable[..., Harn
     # 7 buffered (0..6): finishing 0, 1, 2 in order shrinks it one by one, still above half.
     for o, buffered in ((0, 6), (1, 5), (2, 4)):
         gate.release(0, o)
-        await until(lambda n=buffered: len(h.parts[0].tracker) == n)
+
+        def shrunk(n: int = buffered) -> bool:
+            return len(h.parts[0].tracker) == n
+
+        await until(shrunk)
         assert h.control.resumes == []
     gate.release(0, 3)  # 0..6 all done: buffer empty, well under half of 6
     await until(lambda: len(h.parts[0].tracker) == 0)

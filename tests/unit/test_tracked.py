@@ -42,11 +42,12 @@ def test_engine_state_of_a_record_is_written_only_by_its_owners() -> None:
     for path in sorted(PACKAGE.rglob("*.py")):
         where = path.relative_to(PACKAGE.parent).as_posix()
         for node in ast.walk(ast.parse(path.read_text())):
-            targets = []
             if isinstance(node, ast.Assign):
                 targets = node.targets
             elif isinstance(node, ast.AugAssign | ast.AnnAssign):
                 targets = [node.target]
+            else:
+                continue
             for target in targets:
                 if (
                     isinstance(target, ast.Attribute)

@@ -10,6 +10,8 @@ pays one Python call per batch for the adapter, not one per record.
 from __future__ import annotations
 
 import functools
+import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -162,7 +164,7 @@ class KafkaConsumer:
                 return
             failure = _failure(None, self._client.commit(offsets=tps, asynchronous=False))
         except KafkaException as exc:
-            raise BrokerError(f"commit failed: {exc}") from exc
+            raise BrokerError(f"commit failed: {exc}", retriable=exc.args[0].retriable()) from exc
         if failure is not None:
             raise BrokerError(f"commit failed: {failure}")
 
@@ -183,7 +185,12 @@ class KafkaConsumer:
         try:
             self._client.seek(TopicPartition(part[0], part[1], offset))
         except KafkaException as exc:
-            raise BrokerError(f"seek of {part[0]}[{part[1]}] to {offset} failed: {exc}") from exc
+            raise BrokerError(
+                f"seek of {part[0]}[{part[1]}] to {offset} failed: {exc}",
+                topic=part[0],
+                partition=part[1],
+                offset=offset,
+            ) from exc
 
     def high_watermark(self, part: PartitionKey) -> int:
         try:
@@ -242,6 +249,30 @@ _MISSING = frozenset(
 )
 
 
+class _SharedAdmin:
+    """An admin client shared by every workload of a process that has the same settings (the
+    client is thread-safe). One per workload cost a host of 50 workloads 50 more librdkafka
+    instances, about 200 threads. It lives while a workload's lookups hold it."""
+
+    __slots__ = ("__weakref__", "client")
+
+    def __init__(self, properties: Mapping[str, Any]) -> None:
+        self.client = AdminClient(dict(properties))
+
+
+_ADMINS: weakref.WeakValueDictionary[str, _SharedAdmin] = weakref.WeakValueDictionary()
+_ADMINS_LOCK = threading.Lock()
+
+
+def _shared_admin(properties: Mapping[str, Any]) -> _SharedAdmin:
+    key = repr(sorted(properties.items()))
+    with _ADMINS_LOCK:
+        admin = _ADMINS.get(key)
+        if admin is None:
+            admin = _ADMINS[key] = _SharedAdmin(properties)
+        return admin
+
+
 def kafka_identities(config: Mapping[str, Any]) -> Callable[[list[str]], dict[str, SourceIdentity]]:
     """Looks up the current incarnation (topic id) of topics, for the lake's file names and the
     engine's watch on replaced topics; raises :class:`TopicMissing` for a topic the broker does
@@ -251,14 +282,15 @@ def kafka_identities(config: Mapping[str, Any]) -> Callable[[list[str]], dict[st
     0) never collide with the old incarnation's landed files.
     """
     cluster = str(config["bootstrap.servers"])
+    properties = producer_properties(config)
 
     @functools.cache
-    def admin() -> AdminClient:
-        """One client for every lookup (the watch asks every few seconds); it is thread-safe."""
-        return AdminClient(producer_properties(config))
+    def admin() -> _SharedAdmin:
+        """Made at the first lookup (the watch asks every few seconds), then kept."""
+        return _shared_admin(properties)
 
     def identify(topics: list[str]) -> dict[str, SourceIdentity]:
-        futures = admin().describe_topics(TopicCollection(topics), request_timeout=10)
+        futures = admin().client.describe_topics(TopicCollection(topics), request_timeout=10)
         found = {}
         for topic, future in futures.items():
             try:

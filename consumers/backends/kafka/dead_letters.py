@@ -111,7 +111,9 @@ class KafkaDeadLetters:
 def _require(topics: Mapping[str, int], topic: str, bootstrap: str, role: str) -> int:
     partitions = topics.get(topic, 0)
     if partitions < 1:
-        raise BrokerError(f"{role} {topic!r} does not exist on {bootstrap}")
+        raise BrokerError(
+            f"{role} {topic!r} does not exist on {bootstrap}", topic=topic, retriable=False
+        )
     return partitions
 
 
@@ -149,7 +151,9 @@ class _ToEnd:
                     if partition is not None:
                         at_end.add(partition)
                 elif err.fatal() or err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    raise BrokerError(f"reading {topic!r}: {err.str()}")
+                    raise BrokerError(
+                        f"reading {topic!r}: {err.str()}", topic=topic, partition=partition
+                    )
                 else:  # librdkafka retries transient errors itself; the timeout bounds them
                     log.warning("reading %r: %s", topic, err.str())
             self.scanned += len(records)
@@ -159,7 +163,9 @@ class _ToEnd:
             elif now - last_progress > self._timeout:  # error events do not count as progress
                 raise BrokerError(
                     f"reading {topic!r}: no progress for {self._timeout:.0f} s "
-                    f"({len(at_end)} of {self._partitions} partitions read to their end)"
+                    f"({len(at_end)} of {self._partitions} partitions read to their end)",
+                    topic=topic,
+                    retriable=True,
                 )
             if records:
                 yield records
@@ -210,13 +216,19 @@ class _GroupReader:
             committed = self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:  # the records were republished but not recorded
             raise BrokerError(
-                f"committing replay progress to group {group!r} failed: {exc}"
+                f"committing replay progress to group {group!r} failed: {exc}",
+                topic=self._topic,
+                retriable=True,
             ) from exc
         errors = [tp for tp in committed if tp.error is not None]
         if errors:
             raise BrokerError(
                 f"committing replay progress to group {group!r} failed for partition "
-                f"{errors[0].partition}: {errors[0].error}"
+                f"{errors[0].partition}: {errors[0].error}",
+                topic=self._topic,
+                partition=errors[0].partition,
+                offset=errors[0].offset,
+                retriable=True,
             )
 
 
@@ -265,7 +277,8 @@ class _Republisher:
             except KafkaException as exc:  # refused before sending: larger than message.max.bytes
                 raise BrokerError(
                     f"cannot republish to {topic!r}: {exc}; this batch stays unreplayed, a "
-                    "rerun republishes it"
+                    "rerun republishes it",
+                    topic=topic,
                 ) from exc
 
     def confirm(self, sent: int) -> None:
@@ -282,7 +295,8 @@ class _Republisher:
         if remaining:
             raise BrokerError(
                 f"{remaining} republished records not acknowledged after {self._timeout:.0f} s; "
-                "this batch stays unreplayed, a rerun republishes it"
+                "this batch stays unreplayed, a rerun republishes it",
+                retriable=True,
             )
 
 

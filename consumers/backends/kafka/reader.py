@@ -1,6 +1,6 @@
 """Reading a Kafka group's positions, log ends and record timestamps without joining the group.
 
-A rewind plans with it (:mod:`consumers.rewind.kafka`) and autoscaling measures lag with it
+A rewind plans with it (:mod:`consumers.backends.kafka.rewind`) and autoscaling measures lag with it
 (:mod:`consumers.scaling.lag`). Both must leave the group alone, so :class:`PartitionReader`
 never subscribes and never commits: its consumer carries a group id of its own (random, so it
 can never be a workload's), auto-commit off, and it only assigns partitions. The group's
@@ -94,11 +94,13 @@ class PartitionReader:
                 meta = self._consumer.list_topics(topic, timeout=wait)
             except KafkaException as exc:
                 raise BrokerError(
-                    f"listing topic {topic!r} (waited up to {wait:.1f} s): {exc.args[0].str()}"
+                    f"listing topic {topic!r} (waited up to {wait:.1f} s): {exc.args[0].str()}",
+                    topic=topic,
+                    retriable=exc.args[0].retriable(),
                 ) from exc
             found = meta.topics[topic]
             if found.error is not None:
-                raise BrokerError(f"topic {topic!r}: {found.error.str()}")
+                raise BrokerError(f"topic {topic!r}: {found.error.str()}", topic=topic)
             keys += [(topic, p) for p in sorted(found.partitions)]
         return keys
 
@@ -136,7 +138,12 @@ class PartitionReader:
                     TopicPartition(topic, p), timeout=self._wait(f"reading {topic}[{p}]'s bounds")
                 )
             except KafkaException as exc:
-                raise BrokerError(f"reading {topic}[{p}]'s bounds: {exc.args[0].str()}") from exc
+                raise BrokerError(
+                    f"reading {topic}[{p}]'s bounds: {exc.args[0].str()}",
+                    topic=topic,
+                    partition=p,
+                    retriable=exc.args[0].retriable(),
+                ) from exc
             lows[(topic, p)] = low
             start.append(TopicPartition(topic, p, max(low, claimed)))
         ends = self._read(start, until_end=True)
@@ -168,7 +175,9 @@ class PartitionReader:
         try:
             answer = self._consumer.offsets_for_times([tp], timeout=self._wait("offsets_for_times"))
         except KafkaException as exc:
-            raise BrokerError(f"offsets_for_times on {key[0]}[{key[1]}]: {exc}") from exc
+            raise BrokerError(
+                f"offsets_for_times on {key[0]}[{key[1]}]: {exc}", topic=key[0], partition=key[1]
+            ) from exc
         offset = answer[0].offset
         offset = end if offset < 0 or offset > end else offset
         if self._holds(key, offset, at_ms, low, end):
@@ -181,7 +190,12 @@ class PartitionReader:
         offset = int(msg.offset())  # type: ignore[arg-type]
         if error is not None:
             if error.code() != KafkaError._PARTITION_EOF:
-                raise BrokerError(f"reading {key[0]}[{key[1]}] failed: {error.str()}")
+                raise BrokerError(
+                    f"reading {key[0]}[{key[1]}] failed: {error.str()}",
+                    topic=key[0],
+                    partition=key[1],
+                    offset=offset,
+                )
             return Head(offset=offset, timestamp_ms=None, end=offset)
         _, high = self._consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
         kind, stamp = msg.timestamp()
@@ -205,7 +219,7 @@ class PartitionReader:
             return wait
         left = self._deadline - time.monotonic()
         if left <= 0:
-            raise BrokerError(f"{doing}: the broker did not answer in time")
+            raise BrokerError(f"{doing}: the broker did not answer in time", retriable=True)
         return min(wait, left)
 
     def _read(
@@ -221,7 +235,9 @@ class PartitionReader:
         try:
             while pending:
                 if time.monotonic() > deadline:
-                    raise BrokerError(f"reading {_names(pending)} took over {self._timeout:.0f} s")
+                    raise BrokerError(
+                        f"reading {_names(pending)} took over {self._timeout:.0f} s", retriable=True
+                    )
                 wait = self._wait(f"reading {_names(pending)}", 0.2)
                 for msg in self._consumer.consume(10_000, wait):
                     key = (msg.topic(), msg.partition())
@@ -243,7 +259,11 @@ class PartitionReader:
         error = msg.error()
         if error is not None:
             if error.code() != KafkaError._PARTITION_EOF:
-                raise BrokerError(f"reading {key[0]}[{key[1]}] failed: {error.str()}")
+                raise BrokerError(
+                    f"reading {key[0]}[{key[1]}] failed: {error.str()}",
+                    topic=key[0],
+                    partition=key[1],
+                )
             found[key] = int(msg.offset())  # type: ignore[arg-type]
             pending.discard(key)
             return

@@ -253,7 +253,7 @@ class PulsarConsumer:
         if asynchronous:
             self._on_commit(error)
         elif error is not None:
-            raise BrokerError(error)
+            raise BrokerError(error, retriable=True)
 
     def committed(self, parts: list[PartitionKey], timeout: float) -> list[CommitOffset]:
         """Nothing: Pulsar keeps per-message acknowledgements, the offsets are per session."""

@@ -72,7 +72,8 @@ class PulsarDeadLetters:
                 )
             except pulsar.PulsarException as exc:
                 raise BrokerError(
-                    f"cannot subscribe {progress!r} to {topic} on {self.address}: {exc}"
+                    f"cannot subscribe {progress!r} to {topic} on {self.address}: {exc}",
+                    topic=topic,
                 ) from exc
             try:
                 end = None if partitioned else _last_entry(consumer)
@@ -88,7 +89,7 @@ class PulsarDeadLetters:
                         exc,
                     )
         except pulsar.PulsarException as exc:
-            raise BrokerError(f"replaying {topic}: {exc}") from exc
+            raise BrokerError(f"replaying {topic}: {exc}", topic=topic) from exc
         finally:
             client.close()
 
@@ -113,7 +114,9 @@ class PulsarDeadLetters:
         try:
             names = client.get_topic_partitions(topic)
         except pulsar.PulsarException as exc:
-            raise BrokerError(f"cannot look up {topic} on {self.address}: {exc}") from exc
+            raise BrokerError(
+                f"cannot look up {topic} on {self.address}: {exc}", topic=topic
+            ) from exc
         out = []
         for name in names:
             match = PARTITION_SUFFIX.match(name)
@@ -124,7 +127,7 @@ class PulsarDeadLetters:
         try:
             reader = client.create_reader(topic, pulsar.MessageId.earliest)
         except pulsar.PulsarException as exc:
-            raise BrokerError(f"cannot read {topic}: {exc}") from exc
+            raise BrokerError(f"cannot read {topic}: {exc}", topic=topic) from exc
         try:
             while True:
                 try:
@@ -140,11 +143,13 @@ class PulsarDeadLetters:
                     if more:
                         raise BrokerError(
                             f"reading {topic}: the broker announced more messages but "
-                            f"delivered none for {self.timeout:.0f} s"
+                            f"delivered none for {self.timeout:.0f} s",
+                            topic=topic,
+                            retriable=True,
                         ) from None
                     return
                 except pulsar.PulsarException as exc:
-                    raise BrokerError(f"reading {topic}: {exc}") from exc
+                    raise BrokerError(f"reading {topic}: {exc}", topic=topic) from exc
                 yield msg
         finally:
             reader.close()
@@ -192,7 +197,7 @@ class _SubscriptionReader:
                 self._consumer.acknowledge(record.handle)
         except pulsar.PulsarException as exc:  # republished but not recorded: a rerun repeats
             raise BrokerError(
-                f"acknowledging replay progress on {self._name!r} failed: {exc}"
+                f"acknowledging replay progress on {self._name!r} failed: {exc}", retriable=True
             ) from exc
 
 
@@ -230,7 +235,8 @@ class _Republisher:
         if remaining:
             raise BrokerError(
                 f"{remaining} republished records not acknowledged after {self._timeout:.0f} s; "
-                "this batch stays unreplayed, a rerun republishes it"
+                "this batch stays unreplayed, a rerun republishes it",
+                retriable=True,
             )
 
 

@@ -67,7 +67,9 @@ def unacknowledged(
             except pulsar.Timeout as exc:
                 raise BrokerError(
                     f"the acknowledgement probe of {subscription!r} on {topic} did not come "
-                    f"back within {timeout:.0f}s"
+                    f"back within {timeout:.0f}s",
+                    topic=topic,
+                    retriable=True,
                 ) from exc
             if PROBE_PROPERTY in msg.properties():
                 consumer.acknowledge(msg)

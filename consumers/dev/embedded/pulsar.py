@@ -31,6 +31,7 @@ from typing import Any, Final
 
 import pulsar
 
+from consumers.backends.pulsar.client_log import client_logger
 from consumers.config.pulsar_options import validate_pulsar_topic
 from consumers.dev.embedded.child import (
     HOST,
@@ -155,9 +156,9 @@ def _wait_ready(broker: PulsarLiteBroker, deadline: float) -> None:
             )
         time.sleep(_POLL_INTERVAL)
     timeout = max(1, round(deadline - time.monotonic()))
-    client = pulsar.Client(
-        broker.url, operation_timeout_seconds=timeout, **PULSAR_TEST_CLIENT_KWARGS
-    )
+    # The process's first Pulsar client sets the C++ logger of every later one (pulsar-client
+    # keeps the first): the same pipe as the workloads' clients, not the tests' console one.
+    client = pulsar.Client(broker.url, operation_timeout_seconds=timeout, logger=client_logger())
     try:
         client.get_topic_partitions("persistent://public/default/__lanehouse_ready")
     except Exception as exc:  # the client raises pulsar.PulsarException subclasses

@@ -273,12 +273,18 @@ def create_topic(
     try:
         future.result(timeout=timeout + _RESULT_GRACE)
     except TimeoutError as exc:
-        raise BrokerError(f"cannot create topic {topic!r}: {bootstrap} did not answer") from exc
+        raise BrokerError(
+            f"cannot create topic {topic!r}: {bootstrap} did not answer",
+            topic=topic,
+            retriable=True,
+        ) from exc
     except KafkaException as exc:
         error = exc.args[0] if exc.args else None
         exists = isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS
         if not (exists and exist_ok):
-            raise BrokerError(f"cannot create topic {topic!r} on {bootstrap}: {exc}") from exc
+            raise BrokerError(
+                f"cannot create topic {topic!r} on {bootstrap}: {exc}", topic=topic
+            ) from exc
     return _wait_for_metadata(admin, bootstrap, topic, time.monotonic() + timeout)
 
 
@@ -287,10 +293,16 @@ def _wait_for_metadata(admin: AdminClient, bootstrap: str, topic: str, deadline:
         try:
             meta = admin.list_topics(topic, timeout=max(0.1, deadline - time.monotonic()))
         except KafkaException as exc:
-            raise BrokerError(f"no metadata for topic {topic!r} from {bootstrap}: {exc}") from exc
+            raise BrokerError(
+                f"no metadata for topic {topic!r} from {bootstrap}: {exc}", topic=topic
+            ) from exc
         found = meta.topics.get(topic)
         if found is not None and found.error is None and found.partitions:
             return len(found.partitions)
         if time.monotonic() > deadline:
-            raise BrokerError(f"topic {topic!r} did not appear in {bootstrap}'s metadata in time")
+            raise BrokerError(
+                f"topic {topic!r} did not appear in {bootstrap}'s metadata in time",
+                topic=topic,
+                retriable=True,
+            )
         time.sleep(_POLL_INTERVAL)
