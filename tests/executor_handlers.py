@@ -94,3 +94,20 @@ def crash_poison(rec: Any) -> None:
     """Every record of the poison key kills the process running it."""
     if rec.key == POISON:
         os._exit(3)
+
+
+class NeedsTwo(Exception):
+    """Pickles as ``NeedsTwo(a)`` (its ``args``), so loading it back fails: a classic of user
+    code, here as a handler's return value."""
+
+    def __init__(self, a: int, b: int) -> None:
+        super().__init__(a)
+        self.b = b
+
+
+def unreadable_poison(rec: Any) -> object:
+    """The poison key's records return a value the consumer cannot unpickle; the others parse."""
+    if rec.key == POISON:
+        return NeedsTwo(1, 2)
+    json.loads(rec.value)
+    return None

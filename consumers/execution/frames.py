@@ -39,8 +39,20 @@ def receive(sock: socket.socket) -> Any:
     return pickle.loads(_read_exactly(sock, size))
 
 
+class UnreadableFrame:
+    """In place of a complete frame whose pickle cannot be loaded here: ``reason`` says why.
+    The frame is consumed, so the messages after it are read on (a bad frame kept at the head
+    of the buffer would fail every later read, and every call behind it would wait forever)."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
 class FrameReader:
-    """The consumer's side: feed it what one ``recv`` returned, take the complete messages."""
+    """The consumer's side: feed it what one ``recv`` returned, take the complete messages
+    (an :class:`UnreadableFrame` for each that cannot be unpickled)."""
 
     __slots__ = ("_buffer",)
 
@@ -57,7 +69,10 @@ class FrameReader:
             end = start + _HEADER + size
             if end > len(buffer):
                 break
-            messages.append(pickle.loads(memoryview(buffer)[start + _HEADER : end]))
+            try:
+                messages.append(pickle.loads(memoryview(buffer)[start + _HEADER : end]))
+            except Exception as exc:  # the class is unknown here, or its __reduce__ lies
+                messages.append(UnreadableFrame(f"{type(exc).__name__}: {exc}"))
             start = end
         if start:
             del buffer[:start]

@@ -40,7 +40,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from consumers.errors import HandoffTooLarge, ProcessExecutorError, WorkerDied
+from consumers.errors import HandoffTooLarge, ProcessExecutorError, ReplyUnreadable, WorkerDied
 from consumers.execution import frames
 from consumers.execution.executors import Handler, process_problem
 from consumers.record import Record
@@ -314,17 +314,23 @@ class ProcessExecutor:
             self._died(worker)
             return
         outstanding = worker.outstanding
-        for task_id, ok, value, seconds in worker.reader.feed(data):
-            call = outstanding.popleft()
-            if call.task_id != task_id:
-                raise RuntimeError(f"worker replied to task {task_id}, not {call.task_id}")
+        for reply in worker.reader.feed(data):
+            call = outstanding.popleft()  # replies come in the order the calls were sent
             worker.unanswered_bytes -= call.size
-            self._task_seconds += 0.1 * (seconds - self._task_seconds)
-            if not call.future.done():
-                if ok:
-                    call.future.set_result(value)
-                else:
-                    call.future.set_exception(value)
+            if isinstance(reply, frames.UnreadableFrame):
+                unreadable = f"the worker's reply cannot be unpickled here: {reply.reason}"
+                if not call.future.done():
+                    call.future.set_exception(ReplyUnreadable(unreadable))
+            else:
+                task_id, ok, value, seconds = reply
+                if call.task_id != task_id:
+                    raise RuntimeError(f"worker replied to task {task_id}, not {call.task_id}")
+                self._task_seconds += 0.1 * (seconds - self._task_seconds)
+                if not call.future.done():
+                    if ok:
+                        call.future.set_result(value)
+                    else:
+                        call.future.set_exception(value)
             if outstanding:
                 outstanding[0].begin()
         self._dispatch()

@@ -107,6 +107,18 @@ async def test_a_key_that_always_kills_its_worker_is_dead_lettered_as_worker_die
     assert out.check.violations == []
 
 
+async def test_a_reply_the_consumer_cannot_unpickle_fails_only_its_own_record() -> None:
+    """The worker sends it (it pickles); loading it here fails. Before, the frame stayed at the
+    head of the reader's buffer and every later reply of that worker waited forever."""
+    out = await poison_run(MemoryBackend(), h.unreadable_poison, "process", "g-unreadable", 2)
+
+    assert [json.loads(r.value or b"")["seq"] for r in out.dead] == [0, 1]
+    assert (out.first.error_type, out.first.attempts) == ("ReplyUnreadable", 3)
+    assert "cannot be unpickled here: TypeError" in out.first.error_message
+    assert sorted(out.check.completed) == sorted(out.healthy)
+    assert out.check.violations == []
+
+
 async def test_a_worker_killed_from_outside_is_replaced_and_nothing_is_lost(
     backend: Backend,
 ) -> None:
