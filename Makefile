@@ -32,8 +32,15 @@ system: ## apt-get install chromium and a Java runtime when missing
 	command -v java >/dev/null || { $(SUDO) apt-get update -qq && \
 	  $(APT_INSTALL) default-jre-headless; }
 
-test: $(STAMP) system ## run the whole suite (select with PYTEST_ARGS=...)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+# The suite runs on PYTEST_WORKERS processes, a whole test file per worker at a time (module
+# fixtures are built once), in the order tests/conftest.py gives: the longest files first; the
+# end-to-end files (tests/e2e/), each a whole platform, run one after another on one worker.
+# Most of the time goes to waiting on brokers, Dagster and Spark, so three workers fit 2 cores.
+# PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 3
+test: $(STAMP) system ## run the whole suite on 3 workers (PYTEST_ARGS=..., PYTEST_WORKERS=N)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+	  $(PYTEST_ARGS)
 
 demo: $(STAMP) ## lanehouse demo: 3 days of shop data end to end, reconciled
 	$(BIN)/lanehouse demo
@@ -41,10 +48,10 @@ demo: $(STAMP) ## lanehouse demo: 3 days of shop data end to end, reconciled
 up: $(STAMP) ## lanehouse up: brokers, live shop, Dagster on 127.0.0.1:3000
 	$(BIN)/lanehouse up
 
-lint: $(STAMP) ## ruff check, ruff format --check and mypy
+lint: $(STAMP) ## ruff check, ruff format --check and mypy (product and tests)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy consumers orchestration spark_jobs
+	$(BIN)/mypy consumers orchestration spark_jobs tests
 
 # Lanehouse, the raw client, Quix Streams and Arroyo side by side (docs/benchmarks.md); the
 # peers' venvs (.bench-venvs/) are built on first use. ~15 min on 2 cores.

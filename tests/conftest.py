@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from tests.postgres import PostgresServer
 
 _TIERS = ("unit", "integration", "reliability", "e2e")
+#: Each end-to-end file starts a whole platform (``dagster dev``, brokers, Spark, a browser):
+#: two or three at once on 2 cores starved each other past their waits (a CI run: a restart
+#: after ``kill -9`` not back in 180 s, a UI backfill not done in 480 s).
+_ONE_AT_A_TIME = "tests/e2e/"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -40,7 +44,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests under ``tests/<tier>/`` get the ``<tier>`` marker, so ``-m unit`` just works; a
     contract case on the in-memory backend (``backend`` or ``kafka_backend`` is ``memory``)
     starts no process, so it is ``unit`` wherever it lives (unless its module says otherwise:
-    the process executor's cases start worker processes)."""
+    the process executor's cases start worker processes).
+
+    Then the longest files run first (end-to-end, reliability, integration, unit), so parallel
+    workers (``make test``) do not end on one long file while the others idle."""
     for item in items:
         callspec = getattr(item, "callspec", None)
         chosen = {callspec.params.get(n) for n in ("backend", "kafka_backend")} if callspec else ()
@@ -51,6 +58,34 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for tier in _TIERS:
             if tier in parts and not item.get_closest_marker(tier):
                 item.add_marker(getattr(pytest.mark, tier))
+    files: dict[Path, int] = {}
+    for item in items:
+        files[item.path] = min(files.get(item.path, 4), _rank(item))
+    items.sort(key=lambda item: files[item.path])  # stable: a file stays whole, in its order
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``make test``'s schedule (``--dist loadfile``): a whole file per worker, except that
+    ``tests/e2e/`` is one unit, so its files run one after another on one worker. (xdist's own
+    ``loadgroup`` cannot do it here: under pytest 9 its ``@group`` suffix no longer reaches the
+    node ids.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesOrE2e(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return _ONE_AT_A_TIME if path.startswith(_ONE_AT_A_TIME) else path
+
+    return FilesOrE2e(config, log)
+
+
+def _rank(item: pytest.Item) -> int:
+    for rank, tier in enumerate(("e2e", "reliability", "slow", "integration")):
+        if item.get_closest_marker(tier):
+            return rank
+    return 4
 
 
 @pytest.fixture(scope="session")

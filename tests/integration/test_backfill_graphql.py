@@ -47,6 +47,7 @@ def test_the_backfill_mutation_creates_one_asset_backfill_over_the_range(
     backfill = instance.get_backfill(launched["backfillId"])
     assert backfill is not None
     assert backfill.tags[SPARK_RUN_TAG] == "backfill"
+    assert backfill.asset_selection is not None
     assert set(backfill.asset_selection) == {AssetKey(name) for name in assets}
     subset = backfill.asset_backfill_data.target_subset  # type: ignore[union-attr]
     assert set(subset.asset_keys) == {AssetKey(name) for name in assets}
@@ -62,4 +63,6 @@ def test_an_unknown_asset_is_refused_by_the_server(
     variables = backfill_variables(["nope"], [date(2026, 3, 1)])
     result = execute_dagster_graphql(context, BACKFILL_MUTATION, variables)
     launched = (result.data or {}).get("launchPartitionBackfill")
-    assert result.errors or launched["__typename"] != "LaunchBackfillSuccess", launched
+    assert result.errors or (
+        launched is not None and launched["__typename"] != "LaunchBackfillSuccess"
+    ), launched

@@ -229,7 +229,7 @@ def test_produce_to_pulsar_then_consume_acknowledges_everything(
     assert consumed.exit_code == 0, consumed.output
     assert "cli-pulsar: consumed 2000 completed 2000 failed 0" in consumed.output
     # Keys arrived (ten of them) and every key's records in its sequence order.
-    assert sorted(examples.ORDER.last) == sorted(f"k{i}".encode() for i in range(10))
+    assert set(examples.ORDER.last) == {f"k{i}".encode() for i in range(10)}
     assert examples.ORDER.handled == 2000 and not examples.ORDER.violations
     assert pulsar_unacknowledged(pulsar_broker.url, full, "cli-sub") == 0
 

@@ -22,11 +22,13 @@ from typing import Any, Literal
 
 import pytest
 from dagster import (
+    AssetCheckEvaluation,
     AssetCheckKey,
     AssetKey,
     DagsterInstance,
     DagsterRun,
     DagsterRunStatus,
+    EventLogEntry,
     EventLogRecord,
     ExecuteInProcessResult,
     Failure,
@@ -238,6 +240,14 @@ def _metadata(record: EventLogRecord) -> dict[str, Any]:
     return {k: v.value for k, v in observation.metadata.items()}
 
 
+def check_evaluation(entry: EventLogEntry | None) -> AssetCheckEvaluation:
+    """The evaluation an asset check's execution record holds."""
+    assert entry is not None and entry.dagster_event is not None
+    evaluation = entry.dagster_event.event_specific_data
+    assert isinstance(evaluation, AssetCheckEvaluation), evaluation
+    return evaluation
+
+
 def first_unhandled(partition: int, finished: list[tuple[int, int]]) -> int:
     handled = {o for p, o in finished if p == partition}
     offset = 0
@@ -350,7 +360,7 @@ def test_terminate_drains_commits_and_ends_the_run_successful_without_an_error(
     )()
     events = instance.all_logs(run_id)
     failures = [e for e in events if e.is_dagster_event and e.get_dagster_event().is_failure]
-    errors = [e for e in events if e.level >= logging.ERROR]
+    errors = [e for e in events if int(e.level) >= logging.ERROR]  # stored as ints
     assert failures == [] and errors == [], [e.user_message for e in failures + errors]
     finished = graceful_run.finished
     assert graceful_run.cancelled == [], "a graceful stop must not cancel handler calls"
@@ -436,7 +446,7 @@ def test_the_run_judges_the_workloads_checks(graceful_run: Run) -> None:
             AssetCheckKey(workload_key("orders"), check), limit=10
         )
         assert len(history) == 1, (check, len(history))
-        evaluation = history[0].event.dagster_event.event_specific_data  # type: ignore[union-attr]
+        evaluation = check_evaluation(history[0].event)
         assert evaluation.passed, (check, evaluation.description)
 
 
@@ -461,8 +471,10 @@ def test_the_lag_check_turns_red_with_a_backlog_and_green_once_it_drained(
         history = instance.event_log_storage.get_asset_check_execution_history(check, limit=50)
         out = []
         for record in reversed(history):  # oldest first
-            evaluation = record.event.dagster_event.event_specific_data  # type: ignore[union-attr]
-            out.append((evaluation.passed, evaluation.metadata["lag_records"].value))
+            evaluation = check_evaluation(record.event)
+            lag = evaluation.metadata["lag_records"].value
+            assert isinstance(lag, int), lag
+            out.append((evaluation.passed, lag))
         return out
 
     def green_again() -> bool:
@@ -684,12 +696,16 @@ def test_landed_files_are_reported_as_materializations_per_day(
     latest: dict[str, int] = {}  # records come newest first
     for record in records:
         event = record.asset_materialization
-        assert event is not None and event.partition is not None
+        assert event is not None and event.partition is not None and event.tags is not None
         metadata = {k: v.value for k, v in event.metadata.items()}
-        reported[event.partition] = reported.get(event.partition, 0) + int(metadata["new_rows"])
-        latest.setdefault(event.partition, int(metadata["dagster/row_count"]))
-        assert set(metadata["offset_ranges"]) <= {f"{topic}[0]", f"{topic}[1]"}
-        assert all(Path(p).exists() for p in metadata["paths"])
+        new_rows, row_count = metadata["new_rows"], metadata["dagster/row_count"]
+        ranges, paths = metadata["offset_ranges"], metadata["paths"]
+        assert isinstance(new_rows, int) and isinstance(row_count, int)
+        assert isinstance(ranges, dict) and isinstance(paths, list)
+        reported[event.partition] = reported.get(event.partition, 0) + new_rows
+        latest.setdefault(event.partition, row_count)
+        assert set(ranges) <= {f"{topic}[0]", f"{topic}[1]"}
+        assert all(isinstance(p, str) and Path(p).exists() for p in paths)
         assert len(event.tags["dagster/data_version"]) == 16
     assert reported == per_day and sum(reported.values()) == count
     assert latest == per_day, "a day's latest report does not count the whole day"

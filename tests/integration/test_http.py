@@ -22,8 +22,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 import consumers.service.http as lh_http
 from consumers import ConsumerApp, Record, RunnerSettings, Workload
-from consumers.engine.tap import Tap
-from consumers.service.http import Server, health, serve
+from consumers.engine.tap import Subscription, Tap
+from consumers.service.health import health
+from consumers.service.http import Server, serve
 from tests.backends import MemoryBackend
 from tests.helpers import until, wait_until
 
@@ -296,7 +297,12 @@ def test_unknown_routes_and_names_are_404_and_never_looked_up() -> None:
     app = make_app(backend, backend.make_topic(1), "g-404")
     subscribed: list[str] = []
     real_subscribe = app.tap.subscribe
-    app.tap.subscribe = lambda name: subscribed.append(name) or real_subscribe(name)  # type: ignore[method-assign]
+
+    def subscribe(workload: str) -> Subscription:
+        subscribed.append(workload)
+        return real_subscribe(workload)
+
+    app.tap.subscribe = subscribe  # type: ignore[method-assign]
     with serving(app) as server:
         status, body, _ = get(server, "/tap/nope")
         assert status == 404

@@ -15,11 +15,16 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from dagster import (
+    AssetCheckEvaluation,
     AssetCheckKey,
     AssetCheckSeverity,
     AssetKey,
     AssetMaterialization,
     DagsterInstance,
+    EventLogEntry,
+    SensorResult,
+    TableColumnLineageMetadataValue,
+    TableSchemaMetadataValue,
     build_sensor_context,
     instance_for_test,
 )
@@ -150,11 +155,14 @@ def test_materialization_metadata_counts_the_rows_written(range_run: RangeResult
     }
     assert by_day == per_day
     assert metadata["path"].value == str(range_run.lake.path / "tables" / "clean_clicks")
-    assert [c.name for c in metadata["dagster/column_schema"].schema.columns][:2] == [
+    schema, column_lineage = metadata["dagster/column_schema"], metadata["dagster/column_lineage"]
+    assert isinstance(schema, TableSchemaMetadataValue)
+    assert isinstance(column_lineage, TableColumnLineageMetadataValue)
+    assert [c.name for c in schema.schema.columns][:2] == [
         "event_id",
         "user_id",
     ]
-    lineage = metadata["dagster/column_lineage"].column_lineage.deps_by_column
+    lineage = column_lineage.column_lineage.deps_by_column
     assert [d.column_name for d in lineage["event_id"]] == ["value"]
     assert [(d.asset_key, d.column_name) for d in lineage["_offset"]] == [
         (AssetKey("landed_clickstream"), "_offset")
@@ -230,12 +238,22 @@ def test_a_damaged_or_quarantined_landed_file_is_skipped_and_reported(lake: Lake
     metadata = event.asset_materialization.metadata
     assert metadata["skipped_files"].value == 2
     skipped = metadata["skipped_paths"].value
-    assert skipped[str(aside)] == "quarantined"  # type: ignore[index]
-    assert skipped[str(damaged)].startswith("unreadable: ")  # type: ignore[index]
+    assert isinstance(skipped, dict)
+    assert skipped[str(aside)] == "quarantined"
+    reason = skipped[str(damaged)]
+    assert isinstance(reason, str) and reason.startswith("unreadable: ")
     counts = run.reconciliation["landed_clickstream"][DAYS[0]]
     every = sum(pq.read_metadata(f).num_rows for f in files if f not in rows)
     every += lake.landed.replayed["clickstream", DAYS[0]]  # the first file's second copy
     assert counts.landed == every and counts.unaccounted == 0
+
+
+def check_evaluation(entry: EventLogEntry | None) -> AssetCheckEvaluation:
+    """The evaluation an asset check's execution record holds."""
+    assert entry is not None and entry.dagster_event is not None
+    evaluation = entry.dagster_event.event_specific_data
+    assert isinstance(evaluation, AssetCheckEvaluation), evaluation
+    return evaluation
 
 
 def _lineage(spark: SparkSession, root: Path, day: date) -> set[tuple[Any, ...]]:
@@ -261,7 +279,8 @@ def test_the_reconciliation_check_fails_when_a_write_loses_rows(
     record = lake.instance.get_latest_asset_check_evaluation_record(
         AssetCheckKey(AssetKey("clean_clicks"), "reconciles")
     )
-    evaluation = record.event.dagster_event.event_specific_data  # type: ignore[union-attr]
+    assert record is not None
+    evaluation = check_evaluation(record.event)
     assert evaluation.passed is False
     assert evaluation.severity == AssetCheckSeverity.ERROR
 
@@ -271,9 +290,11 @@ def test_the_sensor_requests_nothing_for_processed_days_then_a_relanded_one(
 ) -> None:
     instance = range_run.lake.instance
     first = landed_day_closed(build_sensor_context(instance=instance))
+    assert isinstance(first, SensorResult)
     assert first.run_requests == []
     _report_landed(instance, "orders", DAYS[1])
     second = landed_day_closed(build_sensor_context(instance=instance, cursor=first.cursor))
+    assert isinstance(second, SensorResult) and second.run_requests is not None
     assert [r.partition_key for r in second.run_requests] == ["2026-03-02"]
 
 

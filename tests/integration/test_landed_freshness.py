@@ -12,12 +12,9 @@ import pytest
 from dagster import AssetKey, AssetMaterialization, instance_for_test
 from dagster._core.definitions.freshness import FreshnessState
 from dagster._core.remote_origin import InProcessCodeLocationOrigin
-from dagster._core.test_utils import (
-    InProcessTestWorkspaceLoadTarget,
-    create_test_daemon_workspace_context,
-    freeze_time,
-)
+from dagster._core.test_utils import create_test_daemon_workspace_context, freeze_time
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
 from dagster._daemon.freshness import FreshnessDaemon
 
 from orchestration.lake.landed import landed_max_age
@@ -34,7 +31,7 @@ def test_the_freshness_daemon_judges_landed_datasets(tmp_path: Path) -> None:
     origin = LoadableTargetOrigin(
         python_file=freshness_defs.__file__, attribute="defs", working_directory=os.getcwd()
     )
-    target = InProcessTestWorkspaceLoadTarget(InProcessCodeLocationOrigin(origin))
+    target = InProcessWorkspaceLoadTarget(InProcessCodeLocationOrigin(origin))
     now = time.time()
     with (
         instance_for_test(

@@ -65,11 +65,11 @@ async def test_every_record_lands_once_with_lineage_and_is_committed(
     [summary] = await app.run(until_idle=1.0)
 
     rows = landed(tmp_path)
-    assert sorted(int(r["value"]) for r in rows) == list(range(count))  # type: ignore[call-overload]
+    assert sorted(int(value_of(r)) for r in rows) == list(range(count))
     assert len({(r["_partition"], r["_offset"]) for r in rows}) == count
     incarnation = topic_id(kafka_broker.bootstrap, topic)
     for r in rows:
-        index = int(r["value"])  # type: ignore[call-overload]
+        index = int(value_of(r))
         stamp = datetime.fromtimestamp(stamps[index] / 1000, tz=UTC)
         assert r["event_date"] == stamp.date().isoformat()
         assert r["_timestamp"] == stamp
@@ -90,9 +90,23 @@ async def test_every_record_lands_once_with_lineage_and_is_committed(
     assert app.runners["lander"].landing.rows_landed == count == summary.counters["completed"]
 
 
+def offset_of(row: dict[str, object]) -> int:
+    """A landed row's ``_offset`` (an integer column)."""
+    offset = row["_offset"]
+    assert isinstance(offset, int), offset
+    return offset
+
+
+def value_of(row: dict[str, object]) -> bytes:
+    """A landed row's ``value`` (a binary column)."""
+    value = row["value"]
+    assert isinstance(value, bytes), value
+    return value
+
+
 def min_offset(rows: list[dict[str, object]], row: dict[str, object]) -> int:
     """The smallest offset in ``row``'s file: the name a file must carry."""
-    return min(int(r["_offset"]) for r in rows if r["file"] == row["file"])  # type: ignore[call-overload]
+    return min(offset_of(r) for r in rows if r["file"] == row["file"])
 
 
 async def test_offsets_are_committed_only_behind_landed_files(
@@ -124,7 +138,7 @@ async def test_offsets_are_committed_only_behind_landed_files(
                     committed_offsets, kafka_broker.bootstrap, "g-lazy", topic, 1
                 )
             ).get(0, 0)
-            present = {int(r["_offset"]) for r in landed(tmp_path)}  # type: ignore[call-overload]
+            present = {offset_of(r) for r in landed(tmp_path)}
             assert set(range(position)) <= present, f"committed {position} before landing"
             checked.append(position)
             await asyncio.sleep(0.02)
@@ -153,7 +167,7 @@ async def test_outcomes_decide_what_lands(
         dead_letter={"topic": dead, "max_ratio": 0.5},
     )
     [summary] = await build_app([workload], lake=tmp_path).run(until_idle=1.0)
-    values = Counter(bytes(r["value"]) for r in landed(tmp_path))  # type: ignore[arg-type]
+    values = Counter(value_of(r) for r in landed(tmp_path))
     expected: Counter[bytes] = Counter()
     for i in range(count):
         if i % 5 == 0:
@@ -194,7 +208,7 @@ async def test_a_restart_replaces_files_past_the_committed_position(
         until_idle=1.0
     )
     rows = landed(tmp_path)
-    assert Counter(int(r["_offset"]) for r in rows) == Counter(range(count))  # type: ignore[call-overload]
+    assert Counter(offset_of(r) for r in rows) == Counter(range(count))
     assert summary.counters["completed"] == count - boundary
 
 
@@ -235,7 +249,7 @@ landing: {{dataset: events, flush_rows: 97, flush_interval: 200ms}}
     assert Counter((r["_partition"], r["_offset"]) for r in rows) == Counter(
         (i % 3, i // 3) for i in range(count)
     )
-    assert sorted(int(r["value"]) for r in rows) == list(range(count))  # type: ignore[call-overload]
+    assert sorted(int(value_of(r)) for r in rows) == list(range(count))
     assert committed_offsets(kafka_broker.bootstrap, "g-kill-landing", topic, 3) == (
         log_end_offsets(kafka_broker.bootstrap, topic, 3)
     )
@@ -258,7 +272,7 @@ async def test_pulsar_records_land_once_at_their_message_ids(
         ids: dict[int, int] = {}
         stamps = [START_MS + i * (3 * DAY_MS // count) for i in range(count)]
 
-        def sent(i: int):  # type: ignore[no-untyped-def]
+        def sent(i: int):
             def done(result: pulsar.Result, mid: pulsar.MessageId) -> None:
                 assert result == pulsar.Result.Ok
                 ids[i] = pack_pulsar_position(mid.ledger_id(), mid.entry_id(), mid.batch_index())
@@ -292,13 +306,13 @@ async def test_pulsar_records_land_once_at_their_message_ids(
     await build_app([workload("s1")], lake=tmp_path / "a").run(until_idle=1.0)
     await build_app([workload("s2")], lake=tmp_path / "b").run(until_idle=1.0)
     first, second = landed(tmp_path / "a"), landed(tmp_path / "b")
-    assert {int(r["value"]): r["_offset"] for r in first} == ids  # type: ignore[call-overload]
+    assert {int(value_of(r)): r["_offset"] for r in first} == ids
     assert len(first) == count and len({r["_offset"] for r in first}) == count
-    assert sorted(r["_offset"] for r in second) == sorted(ids.values())  # type: ignore[type-var]
+    assert sorted(offset_of(r) for r in second) == sorted(ids.values())
     assert {(r["_source_kind"], r["_cluster"], r["_topic_id"]) for r in first} == {
         ("pulsar", pulsar_broker.url, "")
     }
     for r in first:
-        stamp = datetime.fromtimestamp(stamps[int(r["value"])] / 1000, tz=UTC)  # type: ignore[call-overload]
-        assert r["event_date"] == stamp.date().isoformat()
+        sent_at = datetime.fromtimestamp(stamps[int(value_of(r))] / 1000, tz=UTC)
+        assert r["event_date"] == sent_at.date().isoformat()
     assert unacknowledged(pulsar_broker.url, "s1", topic) == []

@@ -30,7 +30,7 @@ from tests.helpers import until
 FAST_RETRY = RetryPolicy(max_attempts=4, backoff=0.05, max_backoff=0.2, jitter=False)
 
 
-def workload(backend: Backend, topic: str, group: str, handler, **settings) -> Workload:  # type: ignore[no-untyped-def]
+def workload(backend: Backend, topic: str, group: str, handler, **settings) -> Workload:
     defaults = {"name": "outcomes", "commit_interval": 0.05, "drain_timeout": 10.0}
     return Workload(
         RunnerSettings(**{**defaults, **settings}),

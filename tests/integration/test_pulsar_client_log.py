@@ -62,3 +62,31 @@ def test_processes_log_through_python_and_exit_cleanly(pulsar_broker: PulsarLite
         # The client's own lines arrive as Python records, level and all, prefix parsed away.
         assert CONNECTED.search(out), out[-1500:]
         assert not CPP_PREFIX.search(out), out[-1500:]
+
+
+#: `lanehouse up` and the demo start the embedded broker first: its readiness probe is then the
+#: process's first Pulsar client, whose logger every later client keeps.
+AFTER_EMBEDDED = textwrap.dedent(
+    """
+    import logging, pulsar
+    from consumers.backends.pulsar.client import client_kwargs
+    from consumers.dev.embedded.pulsar import start_pulsar_lite
+    logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
+    broker = start_pulsar_lite()
+    try:
+        client = pulsar.Client(broker.url, **client_kwargs({}))
+        client.subscribe("after-embedded", "s").close()
+        client.close()
+    finally:
+        broker.stop()
+    """
+)
+
+
+def test_clients_after_the_embedded_brokers_probe_still_log_through_python() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", AFTER_EMBEDDED], cwd=REPO, capture_output=True, timeout=90
+    )
+    out = (done.stdout + done.stderr).decode(errors="replace")
+    assert done.returncode == 0, out[-1500:]
+    assert CONNECTED.search(out), out[-1500:]

@@ -56,7 +56,7 @@ class SendLog:
         self.failed: dict[int, str] = {}
         self._lock = threading.Lock()
 
-    def callback(self, index: int):  # type: ignore[no-untyped-def]
+    def callback(self, index: int):
         def done(result: pulsar.Result, _msg_id: pulsar.MessageId) -> None:
             with self._lock:
                 if result == pulsar.Result.Ok:

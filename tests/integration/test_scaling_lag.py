@@ -90,7 +90,7 @@ def test_lag_per_partition_from_the_committed_offsets(
     assert parts[1].oldest_age is None
     assert parts[2].oldest_age == pytest.approx(age_at[0], abs=1.0)
     assert lag.oldest_age == pytest.approx(age_at[0], abs=1.0)
-    assert took < 2.0
+    assert took < 5.0  # no wait for a client timeout (10 s): a loaded machine stays under
 
     # Measuring joined no group and committed nothing.
     assert committed_offsets(kafka_broker.bootstrap, group, topic, PARTITIONS) == {
@@ -120,7 +120,7 @@ def test_an_unreachable_broker_raises_within_the_timeout() -> None:
     started = time.monotonic()
     with pytest.raises(LagUnavailable, match="workload 'lagging': cannot measure lag"):
         measure_lag(spec, timeout=1.0)
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 3.0  # the timeout, and room for a loaded machine
 
 
 def test_pulsar_lag_is_unavailable_with_the_reason() -> None:

@@ -54,6 +54,7 @@ def test_shop_sends_demo_clicks_until_interrupted(
     assert malformed == int(0.1 * clicks_sent + 1e-9)
     well_formed = []
     for message in clicks:
+        assert message.value is not None
         try:
             body = json.loads(message.value)
         except ValueError:  # the not_json and invalid_utf8 defects

@@ -92,7 +92,8 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
             try:
                 if result.status().get("aliveworkers") == 1:
                     break
-            except OSError:
+            except (OSError, ValueError):
+                # Refused, or the UI answered before its JSON page was mounted (an empty body).
                 pass
             if time.monotonic() > deadline or master.poll() is not None:
                 logs = {p.name: p.read_text()[-2000:] for p in tmp_path.glob("*.log")}

@@ -536,10 +536,10 @@ def test_files_the_landing_sink_writes_read_back_as_the_landed_schema(
     counts = {r["event_date"]: r.asDict() for r in reconcile(landed, result).collect()}
     expected = expected_per_day(clicks)
     assert set(counts) == set(by_day)
-    for day, row in counts.items():
-        assert row["unaccounted"] == 0
-        assert row["landed"] == expected[day]["clicks_produced"]
-        assert row["clean"] == expected[day]["clicks_valid"]
+    for day, counted in counts.items():
+        assert counted["unaccounted"] == 0
+        assert counted["landed"] == expected[day]["clicks_produced"]
+        assert counted["clean"] == expected[day]["clicks_valid"]
     back = result.clean.select("_topic_id", "_partition", "_offset").first()
     assert back is not None and back["_topic_id"] == "topic-id-1"
 

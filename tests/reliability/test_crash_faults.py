@@ -23,7 +23,8 @@ pytestmark = pytest.mark.reliability
 PARTITIONS = 3
 RECORDS = 1_500
 KEYS = 30
-#: Four deaths at most (docs/reliability.md), then a run that finishes or stops clearly.
+#: Four deaths once the position stops moving (docs/reliability.md), then a run that finishes
+#: or stops clearly.
 MOST_RUNS = 6
 
 
@@ -73,7 +74,11 @@ def test_a_handler_that_ends_the_process_is_set_aside_after_four_deaths(
     )
     runs = runs_until_settled(spec, tmp_path)
 
-    assert [status for status, *_ in runs] == [POISON_EXIT] * 4 + [0], runs[-1][1][-3000:]
+    # Four deaths once the position stops moving; the first run may commit the records before
+    # the poison before it dies (a slow machine reaches a commit first), which is progress.
+    statuses = [status for status, *_ in runs]
+    assert statuses in ([POISON_EXIT] * 4 + [0], [POISON_EXIT] * 5 + [0]), runs[-1][1][-3000:]
+    assert "the last 4 processes holding it died without its position moving" in runs[-1][1]
     backend = TansuBackend(kafka_broker)
     [dead] = [r for part in backend.read(dlq, 1) for r in part]
     value = json.loads(dead.value or b"")
@@ -102,7 +107,10 @@ def test_without_dead_letters_the_workload_stops_at_the_record_and_names_it(
     )
     runs = runs_until_settled(spec, tmp_path)
     status, out, _ = runs[-1]
-    assert [s for s, *_ in runs[:-1]] == [POISON_EXIT] * 4 and status not in (0, POISON_EXIT)
+    # As above: a first run that commits before it dies adds one death (seen under load in CI).
+    deaths = [s for s, *_ in runs[:-1]]
+    assert deaths in ([POISON_EXIT] * 4, [POISON_EXIT] * 5), deaths
+    assert status not in (0, POISON_EXIT)
     assert "ended the process" in out and "no dead-letter topic" in out, out[-3000:]
     # The next run stops at the same record, with the same words, without dying on it.
     again, words, _ = one_run(spec, tmp_path, MOST_RUNS)

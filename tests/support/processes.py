@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -85,6 +86,17 @@ def start_consumer(
     )
 
 
+def stop_group(proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    """Stop a process started in a session of its own, and everything it started, as a
+    terminal's Ctrl-C does; killed if it has not exited after ``timeout`` s."""
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def lines(path: Path) -> int:
     return len(read_run(str(path)))
 
@@ -105,7 +117,7 @@ def finish(proc: subprocess.Popen[bytes], timeout: float = 120) -> str:
 def assert_complete(runs: list[Path], count: int, keys: int) -> None:
     rows = [row for run in runs for row in read_run(str(run))]
     seen = {(key, seq) for key, seq, *_ in rows}
-    per_key = {}
+    per_key: dict[str, int] = {}
     for key, seq, *_ in rows:
         per_key[key] = max(per_key.get(key, -1), seq)
     assert sum(n + 1 for n in per_key.values()) == count, "some key is missing records"

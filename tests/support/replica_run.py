@@ -18,7 +18,8 @@ from orchestration.workloads.job import consumer_job
 
 
 def main(run_id: str) -> None:
-    job_module.HEARTBEAT_SECONDS = float(os.environ.get("LH_HEARTBEAT_SECONDS", "10"))
+    # The module global the op reads (imported there as a Final constant; this process only).
+    vars(job_module)["HEARTBEAT_SECONDS"] = float(os.environ.get("LH_HEARTBEAT_SECONDS", "10"))
     with DagsterInstance.get() as instance:
         run = instance.get_run_by_id(run_id)
         assert run is not None, run_id

@@ -423,7 +423,7 @@ def _parse(program: str, args: list[str]) -> tuple[int, str]:
     elif program == "dagster-webserver":
         from dagster_webserver.cli import create_dagster_webserver_cli
 
-        command = create_dagster_webserver_cli()  # type: ignore[no-untyped-call]
+        command = create_dagster_webserver_cli()
     else:
         raise AssertionError(f"no CLI known for {program!r}")
     result = CliRunner().invoke(command, args)

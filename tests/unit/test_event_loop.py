@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib.util
 
 import pytest
 
@@ -35,7 +36,7 @@ def test_an_unknown_loop_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_asking_for_a_missing_uvloop_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(event_loop.ENV, "uvloop")
-    monkeypatch.setattr(event_loop.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)  # the module's own
     with pytest.raises(RuntimeError, match="uvloop is not installed"):
         event_loop.loop_kind()
 

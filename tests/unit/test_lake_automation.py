@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
@@ -10,6 +10,7 @@ from dagster import (
     AssetKey,
     AssetMaterialization,
     DagsterInstance,
+    RunRequest,
     SensorResult,
     build_schedule_context,
     build_sensor_context,
@@ -47,17 +48,23 @@ def tick(instance: DagsterInstance, cursor: str | None = None) -> SensorResult:
     return result
 
 
+def requested(result: SensorResult) -> Sequence[RunRequest]:
+    """The tick's run requests (``SensorResult`` types them as optional)."""
+    assert result.run_requests is not None
+    return result.run_requests
+
+
 def test_a_closed_landed_day_is_requested_once_and_today_never(instance: DagsterInstance) -> None:
     landed_id = report(instance, "landed_clickstream", PAST)
     report(instance, "landed_orders", datetime.now(UTC).date())
     first = tick(instance)
-    assert [(r.partition_key, r.run_key) for r in first.run_requests] == [
+    assert [(r.partition_key, r.run_key) for r in requested(first)] == [
         ("2026-03-01", f"2026-03-01@{landed_id}")
     ]
     assert tick(instance, first.cursor).run_requests == []  # already requested
     # The key is a function of the data, so a sensor that lost its cursor asks the same run,
     # which Dagster then skips.
-    assert [r.run_key for r in tick(instance).run_requests] == [f"2026-03-01@{landed_id}"]
+    assert [r.run_key for r in requested(tick(instance))] == [f"2026-03-01@{landed_id}"]
 
 
 def test_a_day_processed_after_its_last_landing_is_not_requested(
@@ -66,11 +73,11 @@ def test_a_day_processed_after_its_last_landing_is_not_requested(
     report(instance, "landed_clickstream", PAST)
     report(instance, "landed_orders", PAST)
     report(instance, "clean_clicks", PAST)
-    assert [r.partition_key for r in tick(instance).run_requests] == ["2026-03-01"]  # orders
+    assert [r.partition_key for r in requested(tick(instance))] == ["2026-03-01"]  # orders
     report(instance, "clean_orders", PAST)
     assert tick(instance).run_requests == []
     relanded = report(instance, "landed_orders", PAST)  # a replay after the Spark run
-    assert [r.run_key for r in tick(instance).run_requests] == [f"2026-03-01@{relanded}"]
+    assert [r.run_key for r in requested(tick(instance))] == [f"2026-03-01@{relanded}"]
 
 
 def test_a_day_waits_for_its_grace_period(instance: DagsterInstance) -> None:

@@ -71,7 +71,11 @@ async def test_a_failing_partition_blocks_retries_with_backoff_and_logs_once_per
         delays.append(round(waited, 3))
         step = disk.failures + 1
         h.clock.advance(waited)
-        await until(lambda step=step: disk.failures == step and h.clock.sleeping == 1)
+
+        def probed(step: int = step) -> bool:
+            return disk.failures == step and h.clock.sleeping == 1
+
+        await until(probed)
     assert delays == [0.1, 0.2, 0.4, 0.8, 1.6, 3.2, MAX_RETRY, MAX_RETRY]
     lines = space_warnings(caplog)
     assert len(lines) == 9  # one per attempt of the one probing write, not one per file
@@ -92,7 +96,7 @@ def test_a_failed_write_leaves_no_temporary(
     def no_space(fd: int) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(files_module.os, "fsync", no_space)
+    monkeypatch.setattr(os, "fsync", no_space)  # the os module files_module calls
     path = tmp_path / "event_date=2026-11-20" / "clicks-p0-o0.parquet"
     with pytest.raises(OSError):
         write_landed(path, SOURCE, [row(0, 0)], 0, "w", "h")
@@ -149,8 +153,15 @@ async def test_a_stop_with_records_unlanded_fails_naming_them(
     fill(broker, 100)
     app = ConsumerApp([memory_landing(broker, TOPIC, lake, drain_timeout=0.3)])
     run = asyncio.ensure_future(app.run())
-    runner = lambda: app.runners.get("landing")  # noqa: E731
-    await until(lambda: runner() and runner().landing.gates.blocked(), what="blocked")
+
+    def blocked() -> object:
+        runner = app.runners.get("landing")
+        if runner is None:
+            return False
+        assert runner.landing is not None  # a landing workload's runner has its sink
+        return runner.landing.gates.blocked()
+
+    await until(blocked, what="blocked")
     app.request_stop()
     with pytest.raises(LandingError) as failed:
         await run

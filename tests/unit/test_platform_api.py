@@ -1,13 +1,13 @@
 """The public orchestration API: ``lanehouse_definitions()`` and ``LanehouseComponent`` give the
 platform without the shop, with the places they are given; bad fields fail the load, naming
-what is wrong. (The whole path from a built wheel in a new project: tests/integration/
+what is wrong. (The whole path from a built wheel in a new project: tests/e2e/
 test_new_project.py.)"""
 
 from __future__ import annotations
 
 import re
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -124,7 +124,7 @@ def test_a_bad_place_fails_naming_it(tmp_path: Path, given: dict[str, object], s
 
 
 @contextmanager
-def declared(attributes: dict[str, object]) -> Iterator[tuple[Path, Any]]:
+def declared(attributes: Mapping[str, object]) -> Iterator[tuple[Path, Any]]:
     """A project whose ``defs.yaml`` declares the component with ``attributes``, and a
     ``workloads/`` of one spec: its root, and what loads the component and its definitions."""
     from dagster.components.testing import create_defs_folder_sandbox

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import docker
+import docker  # type: ignore[import-untyped]  # no stubs installed
 import pytest
 import yaml
 from dagster import DagsterInstance, DagsterRunStatus, instance_for_test
@@ -71,7 +71,7 @@ def add_consumer_run(instance: DagsterInstance, tags: dict[str, str] | None = No
 # --------------------------------------------------------------------------- Docker (compose)
 
 
-class CapturingDockerAPI(docker.APIClient):
+class CapturingDockerAPI(docker.APIClient):  # type: ignore[misc]  # Any: docker has no stubs
     """docker-py's real client, stopped where it would send a request."""
 
     def __init__(self) -> None:
@@ -188,6 +188,7 @@ def k8s_launcher(instance: DagsterInstance, tmp_path: Path) -> K8sRunLauncher:
     )
     config.update(load_incluster_config=False, kubeconfig_file=str(kubeconfig))
     launcher = K8sRunLauncher.from_config_value(None, config)
+    assert isinstance(launcher, K8sRunLauncher)
     launcher.register_instance(instance)
     return launcher
 

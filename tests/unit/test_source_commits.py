@@ -108,6 +108,9 @@ class ReassignedAtOnce:
     def high_watermark(self, part: PartitionKey) -> int:
         return FURTHER
 
+    def low_watermark(self, part: PartitionKey) -> int:
+        return -1  # unknown (nothing is set back here)
+
     def positions(self, parts: list[PartitionKey]) -> dict[PartitionKey, int]:
         return {}
 

@@ -3,6 +3,8 @@ why the broker cannot tell; never a measurement for a workload that runs."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 
 from consumers import LagUnavailable, WorkloadSpec
@@ -16,7 +18,7 @@ from orchestration.workloads.standstill import (
 pytestmark = pytest.mark.unit
 
 
-def spec(name: str, source: dict[str, object]) -> WorkloadSpec:
+def spec(name: str, source: Mapping[str, object]) -> WorkloadSpec:
     return WorkloadSpec.model_validate(
         {"name": name, "source": source, "handler": "consumers.dev.examples:enrich"}
     )

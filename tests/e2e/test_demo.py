@@ -17,7 +17,9 @@ from orchestration.demo.runner import demo_days, pulsar_unacknowledged, run_demo
 from orchestration.shop.backfill import DayCounts
 from tests.backends import PulsarBackend
 
-pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+# Whole-platform runs share the 2 cores with the other workers (make test): about 4 to 5
+# minutes then, past the default 300 s timeout, which is for a hang, not a slow machine.
+pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.timeout(900)]
 
 
 def test_demo_runs_end_to_end_and_reconciles(tmp_path: Path) -> None:

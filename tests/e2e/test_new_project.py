@@ -7,7 +7,6 @@ embedded Kafka land, and the user's asset materializes from them."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 from datetime import UTC, datetime
@@ -23,6 +22,7 @@ from consumers.dev.embedded.tansu import TansuBroker
 from tests.conftest import TopicFactory
 from tests.helpers import free_port, wait_until
 from tests.support.new_project import PROJECT, NewProject, build_wheel, create
+from tests.support.processes import stop_group
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -213,12 +213,7 @@ def test_a_new_project_runs_a_workload_and_its_own_asset_from_the_wheel(
             metadata = {k: v.value for k, v in event.asset_materialization.metadata.items()}
         assert metadata == {"rows": RECORDS, "keys": KEYS, "with_secret": 0}
     finally:
-        os.killpg(dev.pid, signal.SIGINT)
-        try:
-            dev.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(dev.pid, signal.SIGKILL)
-            dev.wait()
+        stop_group(dev, timeout=60)
 
 
 def _default_signals() -> None:

@@ -23,7 +23,9 @@ from orchestration.workloads.discovery_model import RestartPolicy
 from tests.helpers import wait_until
 from tests.support.platform_up import REPO, WORKLOADS, Up, listeners
 
-pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+# Whole-platform runs share the 2 cores with the other workers (make test): about 4 to 5
+# minutes then, past the default 300 s timeout, which is for a hang, not a slow machine.
+pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.timeout(900)]
 
 
 HEARTBEAT_TIMEOUT = 20
