@@ -42,6 +42,7 @@ from consumers.errors import (
     PlaceError,
     ProcessExecutorError,
     RemoteError,
+    ReplyUnreadable,
     RewindRefused,
     SinkWriteError,
     SpecError,
@@ -54,7 +55,7 @@ from consumers.landing.sink import LandingSettings
 from consumers.outcomes import DeadLetter, Drop, Forward, Land, Outcome, OutputRecord, Retry
 from consumers.permits.pool import LocalPermitPool, PermitClient, PermitPool
 from consumers.record import Record, SourceIdentity
-from consumers.service.app import ConsumerApp, Workload, WorkloadSummary
+from consumers.service.app import ConsumerApp, Retired, Workload, WorkloadSummary
 from consumers.service.launch import run_specs
 
 __all__ = [
@@ -109,6 +110,8 @@ __all__ = [
     "Record",
     "RemoteError",
     "Replicas",
+    "ReplyUnreadable",
+    "Retired",
     "Retry",
     "RetryPolicy",
     "RetrySpec",

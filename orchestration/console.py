@@ -15,8 +15,9 @@ err_console = Console(stderr=True)
 
 
 def print_error(message: str) -> None:
-    """``error: <message>`` in red on standard error (the message is not markup)."""
-    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+    """``error: <message>`` in red on standard error (the message is not markup). Not folded
+    to the console's width: a path or name in it stays whole, to copy and to grep."""
+    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 class _ExitOn:
@@ -36,7 +37,9 @@ class _ExitOn:
         if exc is not None and isinstance(exc, self.errors):
             print_error(str(exc))
             if isinstance(exc, LanehouseError) and (where := exc.context()):
-                err_console.print(f"  {escape(where)}", style="dim", highlight=False)
+                err_console.print(
+                    f"  {escape(where)}", style="dim", highlight=False, soft_wrap=True
+                )
             raise typer.Exit(self.code) from exc
 
 

@@ -126,6 +126,8 @@ class WorkloadSpec(FrozenModel):
     max_handoff_bytes: int = Field(default=MAX_HANDOFF_BYTES, ge=1)
     #: How many processes (runs under Dagster) consume it together: fixed, or autoscaled on lag.
     replicas: Replicas = Replicas()
+    #: Under Dagster: share a host run with other workloads (when hosts are on), or run alone.
+    run: Literal["shared", "own"] = "shared"
     #: The named clusters this spec uses, copied from the platform config when it was loaded.
     clusters: dict[Name, Cluster] = Field(default_factory=dict)
     #: Who answers for it, tags, and its checks' thresholds (how the catalog shows it).
@@ -255,15 +257,11 @@ class WorkloadSpec(FrozenModel):
 
 def spec_hash(spec: WorkloadSpec) -> str:
     """A stable 16-hex-digit digest of the validated spec, the clusters it names included (a
-    rotated password changes it) and ``replicas`` left out; a secret enters only as its sha256."""
+    rotated password changes it), ``replicas`` and ``run`` left out; secrets enter as sha256."""
     data = spec.model_dump()
-    # How many run it does not change what each one does: scaling never restarts a replica;
-    # nor do owners, tags and check thresholds.
-    for field in ("replicas", *CATALOG_FIELDS):
+    # Neither how many run it and where, nor owners, tags and checks change what each run does.
+    for field in ("replicas", "run", *CATALOG_FIELDS):
         del data[field]
-    # Left out while unset, so a spec naming no cluster keeps the hash it had before clusters.
-    if not data["clusters"]:
-        del data["clusters"]
     if data["landing"] is not None:  # what discovery allows, not what a run does
         del data["landing"]["allow_overlap"]
     for field, unset in _LATER_FIELDS:
@@ -278,8 +276,9 @@ def spec_hash(spec: WorkloadSpec) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-#: Settings added after specs were first hashed, left out at their default for the same reason.
-_LATER_FIELDS: tuple[tuple[str, object], ...] = (("stall_after", 30.0),)
+#: Settings added after specs were first hashed, left out while at their default: a file that
+#: does not use them keeps the hash (and its run) it had before they existed.
+_LATER_FIELDS: tuple[tuple[str, object], ...] = (("stall_after", 30.0), ("clusters", {}))
 
 _CLUSTER_FIELDS: tuple[tuple[str, str, object], ...] = (
     ("source", "cluster", None),

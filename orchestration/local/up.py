@@ -42,6 +42,7 @@ from orchestration.shop.datasets import CLICKS_DATASET, ORDERS_DATASET
 from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,
     DISCOVERY_SENSOR_NAME,
+    HOST_JOB_NAME,
     PLATFORM_STOP_REASON,
     stop_tags,
     workloads_dir,
@@ -270,11 +271,16 @@ class Platform:
             self.say(f"could not stop the discovery sensor ({kind}); going on")
 
     def consumer_runs(self, statuses: tuple[str, ...] = ACTIVE_STATUSES) -> list[str]:
-        data = self.graphql(
-            "query($f: RunsFilter!) { runsOrError(filter: $f) { ... on Runs { results { runId } } } }",
-            {"f": {"pipelineName": CONSUMER_JOB_NAME, "statuses": list(statuses)}},
-        )
-        return [run["runId"] for run in data["runsOrError"]["results"]]
+        """Runs that consume: each workload's own, and host runs of many workloads."""
+        found = []
+        for job_name in (CONSUMER_JOB_NAME, HOST_JOB_NAME):
+            data = self.graphql(
+                "query($f: RunsFilter!) { runsOrError(filter: $f) "
+                "{ ... on Runs { results { runId } } } }",
+                {"f": {"pipelineName": job_name, "statuses": list(statuses)}},
+            )
+            found += [run["runId"] for run in data["runsOrError"]["results"]]
+        return found
 
     def terminate_runs(self, run_ids: list[str]) -> None:
         """Tag each run as stopped by the platform (the sensor restarts those on the next ``up``,

@@ -25,11 +25,13 @@ from orchestration.platform.catalog import landed_assets, topic_assets
 from orchestration.workloads.assets import workload_assets
 from orchestration.workloads.discovery import workload_discovery_sensor
 from orchestration.workloads.health import workload_checks
+from orchestration.workloads.host_job import host_job
 from orchestration.workloads.job import consumer_job
 from orchestration.workloads.registry import read_registry
 from orchestration.workloads.reload import definitions_loaded
 from orchestration.workloads.replay_job import dead_letter_replay_schedule, replay_job
 from orchestration.workloads.rewind_job import rewind_job
+from orchestration.workloads.stop_jobs import start_workload_job, stop_workload_job
 
 
 def lanehouse_definitions(
@@ -60,7 +62,14 @@ def lanehouse_definitions(
             *landed_assets(specs, places.lake, datasets),
         ],
         asset_checks=workload_checks(specs),
-        jobs=[consumer_job, replay_job, rewind_job],
+        jobs=[
+            consumer_job,
+            host_job,
+            replay_job,
+            rewind_job,
+            stop_workload_job,
+            start_workload_job,
+        ],
         schedules=[dead_letter_replay_schedule],
         sensors=[workload_discovery_sensor],
     )

@@ -4,7 +4,9 @@ Every tick (10 s apart by default; ``LANEHOUSE_SENSOR_SECONDS``) it reads the wo
 (:mod:`orchestration.workloads.registry`), registers each valid workload as a ``workloads`` partition, and
 starts, restarts and stops the consumer runs. The decisions are a pure function
 (:func:`orchestration.workloads.decisions.decide`); this module gathers its inputs from the instance
-and applies its outputs.
+and applies its outputs. With ``LANEHOUSE_HOST_WORKLOADS`` above 0 it also places workloads on
+``consume_host`` runs and keeps those (:mod:`orchestration.workloads.hosts`), and a workload
+stopped with ``stop_workload`` gets no run at all.
 
 What an operator sees:
 
@@ -33,18 +35,17 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from dagster import (
     AddDynamicPartitionsRequest,
-    AssetObservation,
     DagsterInstance,
-    DagsterRunStatus,
     DefaultSensorStatus,
     DeleteDynamicPartitionsRequest,
+    JobDefinition,
     RunRecord,
     RunRequest,
     RunsFilter,
@@ -58,44 +59,46 @@ from consumers.scaling.lag import measure_lag
 from orchestration.workloads.assets import workload_key
 from orchestration.workloads.decisions import decide, tracked_run_ids
 from orchestration.workloads.discovery_model import (
-    FINISHED,
-    Abandon,
-    Cancel,
     DiscoveryState,
     RestartPolicy,
     RunInfo,
+    WorkloadState,
     policy_from_env,
 )
 from orchestration.workloads.heartbeat import read_heartbeats
+from orchestration.workloads.host_job import HOST_PARTITIONS, host_job
+from orchestration.workloads.host_store import read_stopped, write_members
+from orchestration.workloads.hosts import decide_hosts, plan_hosts
+from orchestration.workloads.job import consumer_job
 from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,
     DISCOVERY_SENSOR_NAME,
     GENERATION_TAG,
+    HOST_JOB_NAME,
     PARENT_RUN_TAG,
     PARTITION_TAG,
     REWIND_JOB_NAME,
     SPEC_HASH_TAG,
+    STOP_JOB_NAME,
     WORKLOAD_PARTITIONS_NAME,
     WORKLOAD_TAG,
     replica_of,
     stop_reason_of,
-    stop_tags,
-    unit_workload,
     workloads_dir,
 )
 from orchestration.workloads.partitions import WORKLOAD_PARTITIONS
-from orchestration.workloads.registry import Registry, SpecCache, read_registry
-from orchestration.workloads.reload import Reloader
+from orchestration.workloads.placement import host_budget_from_env
+from orchestration.workloads.registry import SpecCache, read_registry
+from orchestration.workloads.run_control import UNFINISHED, abandon, stop_run
 from orchestration.workloads.scaling import SCALING_TAG, Measure, plan_scaling
-from orchestration.workloads.standstill import StillWatch
+from orchestration.workloads.watch import Watch
 
 __all__ = [
-    "UNFINISHED",
     "build_discovery_sensor",
+    "collect_host_runs",
     "collect_runs",
     "rewinding",
     "run_info",
-    "stop_run",
     "workload_discovery_sensor",
 ]
 
@@ -104,7 +107,6 @@ WATERMARK_OVERLAP = 60.0
 #: Without a watermark (first tick, cursor reset) this many recent runs stand for the history.
 HISTORY_LIMIT = 1000
 
-UNFINISHED = [status for status in DagsterRunStatus if status not in FINISHED]
 _LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
@@ -115,20 +117,25 @@ def build_discovery_sensor(
     policy: RestartPolicy | None = None,
     minimum_interval_seconds: int | None = None,
     measure: Measure = measure_lag,
+    host_budget: int | None = None,
+    jobs: Sequence[JobDefinition] | None = None,
 ) -> SensorDefinition:
     """The sensor, reading ``directory`` (default: :func:`workloads_dir` at each tick).
 
     ``clock`` (epoch seconds) times backoffs, crash windows and autoscaling's cool-downs, and
-    ``measure`` reads a workload's lag from its broker; tests pass their own.
+    ``measure`` reads a workload's lag from its broker; tests pass their own. ``host_budget``:
+    workloads per host run, 0 for none (default ``LANEHOUSE_HOST_WORKLOADS``). ``jobs``: the
+    consumer and host jobs it launches (tests pass stand-ins with their names).
     """
     cache = SpecCache()
     watch = Watch()
     policy = policy or policy_from_env()
     interval = minimum_interval_seconds or interval_from_env()
+    budget = host_budget_from_env() if host_budget is None else host_budget
 
     @sensor(
         name=DISCOVERY_SENSOR_NAME,
-        job_name=CONSUMER_JOB_NAME,
+        jobs=list(jobs) if jobs is not None else [consumer_job, host_job],
         minimum_interval_seconds=interval,
         default_status=DefaultSensorStatus.RUNNING,
         description=(
@@ -140,7 +147,7 @@ def build_discovery_sensor(
     )
     def workload_discovery(context: SensorEvaluationContext) -> SensorResult:
         where = Path(directory) if directory is not None else workloads_dir()
-        return _evaluate(context, where, clock(), policy, cache, measure, watch)
+        return _evaluate(context, where, clock(), policy, cache, measure, watch, budget)
 
     return workload_discovery
 
@@ -162,10 +169,11 @@ def _evaluate(
     context: SensorEvaluationContext,
     directory: Path,
     now: float,
-    policy: RestartPolicy | None,
+    policy: RestartPolicy,
     cache: SpecCache,
     measure: Measure,
     watch: Watch,
+    budget: int,
 ) -> SensorResult:
     instance = context.instance
     registry = read_registry(directory, cache=cache)
@@ -178,16 +186,35 @@ def _evaluate(
     runs, watermark = collect_runs(instance, state)
     partitions = instance.get_dynamic_partitions(WORKLOAD_PARTITIONS_NAME)
     scaling = plan_scaling(registry, dict(state.scale), now, measure)
-    decision = decide(
-        registry, state, runs, partitions, now, policy, rewinding(instance), scaling.wanted
+    rewinds = rewinding(instance)
+    stopped = read_stopped(instance, registry.workloads)
+    plan = plan_hosts(registry, state.placement, budget, rewinds | stopped)
+    wanted = {**scaling.wanted, **dict.fromkeys(plan.without_own_run | stopped, 0)}
+    decision = decide(registry, state, runs, partitions, now, policy, rewinds, wanted)
+    # Members first: a host run launched below reads them as it starts.
+    changed = watch.members_changed(plan.members)
+    write_members(instance, changed)
+    watch.members_written(changed)
+    hosts = decide_hosts(
+        plan.members,
+        state.hosts,
+        collect_host_runs(instance, state.hosts, state.watermark),
+        now,
+        policy,
     )
-    for abandon in decision.abandons:
-        _abandon(instance, context.log, abandon)
-    for cancel in decision.cancels:
+    for abandoned in (*decision.abandons, *hosts.abandons):
+        abandon(instance, context.log, abandoned)
+    for cancel in (*decision.cancels, *hosts.cancels):
         stop_run(instance, context.log, cancel)
-    for message in (*scaling.messages, *decision.messages):
+    for message in (*scaling.messages, *decision.messages, *hosts.messages):
         context.log.log(_LEVELS[message.level], message.text)
-    context.log.info(decision.summary)
+    summary = decision.summary
+    if plan.placement:
+        on = len(set(plan.placement.values()))
+        summary += f"; {len(plan.placement)} hosted on {on} host run(s)"
+    if stopped:
+        summary += f"; stopped by a person with {STOP_JOB_NAME}: {', '.join(sorted(stopped))}"
+    context.log.info(summary)
 
     partition_requests: list[AddDynamicPartitionsRequest | DeleteDynamicPartitionsRequest] = []
     if decision.add_partitions:
@@ -202,6 +229,10 @@ def _evaluate(
         # events after its definition is gone. Its landed dataset stays: the lake keeps it.
         instance.wipe_assets([workload_key(name) for name in decision.delete_partitions])
         context.log.info(f"removed from the catalog: {', '.join(decision.delete_partitions)}")
+    new_hosts = {launch.workload for launch in hosts.launches}
+    new_hosts -= set(instance.get_dynamic_partitions(HOST_PARTITIONS.name or ""))
+    if new_hosts:
+        partition_requests.append(HOST_PARTITIONS.build_add_request(sorted(new_hosts)))
     run_requests = []
     for launch in decision.launches:
         tags = launch.tags()
@@ -209,62 +240,43 @@ def _evaluate(
         if change is not None and change.replicas > change.previous:
             tags[SCALING_TAG] = change.reason
         run_requests.append(
-            RunRequest(run_key=launch.run_key, partition_key=launch.workload, tags=tags)
+            RunRequest(
+                run_key=launch.run_key,
+                job_name=CONSUMER_JOB_NAME,
+                partition_key=launch.workload,
+                tags=tags,
+            )
         )
-    update = {"watermark": watermark, "scale": scaling.states}
+    for launch in hosts.launches:
+        run_requests.append(
+            RunRequest(
+                run_key=launch.run_key,
+                job_name=HOST_JOB_NAME,
+                partition_key=launch.workload,
+                tags=launch.tags(),
+            )
+        )
+    # A hosted workload is in its host's phase: running while its host runs.
+    hosted = {name: hosts.phases.get(host, "starting") for name, host in plan.placement.items()}
+    phases = {**decision.phases, **hosted, **dict.fromkeys(stopped, "stopped by a person")}
+    update = {
+        "watermark": watermark,
+        "scale": scaling.states,
+        "hosts": hosts.states,
+        "placement": plan.placement,
+    }
     return SensorResult(
         run_requests=run_requests,
-        skip_reason=None if run_requests else decision.summary,
+        skip_reason=None if run_requests else summary,
         cursor=decision.state.model_copy(update=update).to_cursor(),
         dynamic_partitions_requests=partition_requests,
         asset_events=[
             *scaling.observations,
-            *watch.phase_changes(decision.phases, registry, scaling.wanted),
+            *watch.phase_changes(phases, registry, scaling.wanted),
             # After the phase: a still workload's page shows the broker's lag last.
-            *watch.still.observations(decision.phases, registry, now, measure),
+            *watch.still.observations(phases, registry, now, measure),
         ],
     )
-
-
-class Watch:
-    """What the sensor remembers between ticks in its process (not in the cursor: losing it only
-    repeats an observation): each workload's last phase as observed on its asset, when it last
-    observed a still workload's lag, and the code-location reloads it asked for."""
-
-    def __init__(self) -> None:
-        self.reloader = Reloader()
-        self.still = StillWatch()
-        self._phases: dict[str, tuple[str, int, int]] = {}
-
-    def phase_changes(
-        self, phases: Mapping[str, str], registry: Registry, wanted: Mapping[str, int]
-    ) -> list[AssetObservation]:
-        """An observation of each workload's asset whose phase (its replica 0's), count of
-        running replicas or wanted count (``wanted``: autoscaling's, else the spec's) changed."""
-        running: dict[str, int] = {}
-        for unit, phase in phases.items():
-            name = unit_workload(unit)[0]
-            running[name] = running.get(name, 0) + (phase == "running")
-        out = []
-        for name in self._phases.keys() - registry.workloads.keys():
-            del self._phases[name]  # removed: a workload added again is observed afresh
-        for unit, phase in sorted(phases.items()):
-            name, replica = unit_workload(unit)
-            entry = registry.workloads.get(name)
-            if replica != 0 or phase == "removed" or entry is None:
-                continue
-            seen = (phase, running[name], wanted.get(name, entry.spec.replicas.min))
-            if self._phases.get(name) == seen:
-                continue
-            self._phases[name] = seen
-            metadata: dict[str, str | int] = {
-                "workload": name,
-                "status": phase,
-                "replicas_running": seen[1],
-                "replicas_wanted": seen[2],
-            }
-            out.append(AssetObservation(asset_key=workload_key(name), metadata=metadata))
-        return out
 
 
 def collect_runs(
@@ -298,13 +310,39 @@ def collect_runs(
     stamps = [record.update_timestamp.timestamp() for record in records.values()]
     if state.watermark is not None:
         stamps.append(state.watermark)
-    runs = [info for record in records.values() if (info := run_info(record)) is not None]
+    return _with_heartbeats(instance, records.values()), max(stamps, default=None)
+
+
+def collect_host_runs(
+    instance: DagsterInstance, states: Mapping[str, WorkloadState], watermark: float | None
+) -> list[RunInfo]:
+    """Host runs as :func:`collect_runs` gathers consumer runs (unfinished ones, recently
+    updated ones, tracked ones), with their heartbeats."""
+    records: dict[str, RunRecord] = {}
+    filters = [RunsFilter(job_name=HOST_JOB_NAME, statuses=UNFINISHED)]
+    if watermark is not None:
+        after = datetime.fromtimestamp(watermark - WATERMARK_OVERLAP, tz=UTC)
+        filters.append(RunsFilter(job_name=HOST_JOB_NAME, updated_after=after))
+    for runs_filter in filters:
+        for record in instance.get_run_records(runs_filter):
+            records[record.dagster_run.run_id] = record
+    if watermark is None:
+        recent = instance.get_run_records(RunsFilter(job_name=HOST_JOB_NAME), limit=HISTORY_LIMIT)
+        records.update((r.dagster_run.run_id, r) for r in recent)
+    missing = tracked_run_ids(DiscoveryState(workloads=dict(states))) - records.keys()
+    if missing:
+        for record in instance.get_run_records(RunsFilter(run_ids=sorted(missing))):
+            records[record.dagster_run.run_id] = record
+    return _with_heartbeats(instance, records.values())
+
+
+def _with_heartbeats(instance: DagsterInstance, records: Iterable[RunRecord]) -> list[RunInfo]:
+    runs = [info for record in records if (info := run_info(record)) is not None]
     beats = read_heartbeats(instance, {run.unit for run in runs if run.active})
-    runs = [
+    return [
         replace(run, heartbeat=beat.beat) if (beat := beats.get(run.run_id)) else run
         for run in runs
     ]
-    return runs, max(stamps, default=None)
 
 
 def rewinding(instance: DagsterInstance) -> frozenset[str]:
@@ -338,55 +376,6 @@ def run_info(record: RunRecord) -> RunInfo | None:
         spec_hash=None if reexecuted else tags.get(SPEC_HASH_TAG),
         stop_reason=stop_reason_of(run.run_id, tags),
     )
-
-
-def _abandon(instance: DagsterInstance, log: logging.Logger, abandon: Abandon) -> None:
-    """Mark a run whose worker is gone as ended, with why, so the UI shows it ended."""
-    message = (
-        f"Lanehouse: no heartbeat from this run for {abandon.silent_for:.0f} s; its worker is "
-        "gone (killed, out of memory or its machine lost). Its uncommitted records are consumed "
-        "again by the next run."
-    )
-    try:
-        run = instance.get_run_by_id(abandon.run_id)
-        if run is None or run.is_finished:
-            return
-        if abandon.status == DagsterRunStatus.FAILURE:
-            instance.report_run_failed(run, message)
-        else:
-            instance.report_run_canceled(run, message)
-    except Exception as exc:  # retried next tick: the run is still unfinished in storage
-        log.error(f"{abandon.workload}: could not mark run {abandon.run_id} ended: {exc!r}")
-
-
-def stop_run(instance: DagsterInstance, log: logging.Logger, cancel: Cancel) -> None:
-    """Tag the run with why, then stop it without waiting for it.
-
-    A run that has not started is canceled through the run coordinator (the queue drops it). A
-    started one is only marked CANCELING: its op reads its status every second and drains,
-    commits and ends SUCCESS (:func:`orchestration.workloads.job.watch_run_status`). Asking
-    the run launcher instead would block this tick: the Docker launcher's terminate waits for
-    the container to exit (up to its stop timeout, 45 s in ``deploy/dagster.yaml``), and a few
-    drains in one tick would exceed the sensor's time limit.
-    """
-    what = f"{cancel.workload}: run {cancel.run_id} ({cancel.reason})"
-    try:
-        instance.add_run_tags(cancel.run_id, stop_tags(cancel.run_id, cancel.reason))
-        run = instance.get_run_by_id(cancel.run_id)
-        if run is None or run.is_finished:
-            return
-        if run.status in (DagsterRunStatus.STARTING, DagsterRunStatus.STARTED):
-            instance.report_run_canceling(run, message=f"Lanehouse: stopping ({cancel.reason})")
-            return
-        confirmed = instance.run_coordinator.cancel_run(cancel.run_id)
-    except Exception as exc:  # one failed stop must not block the other workloads
-        log.error(f"{what}: could not be stopped, retrying next tick: {type(exc).__name__}: {exc}")
-        return
-    if not confirmed:
-        log.warning(
-            f"{what}: Dagster did not confirm the termination; if the run stays CANCELING, "
-            "terminate it from the UI (force termination marks it CANCELED)"
-        )
 
 
 #: The sensor for ``Definitions(sensors=[...])``.

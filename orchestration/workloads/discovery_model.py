@@ -112,6 +112,10 @@ class DiscoveryState(FrozenModel):
     retired: dict[str, int] = Field(default_factory=dict)
     #: Autoscaling's state per autoscaled workload (:mod:`orchestration.workloads.scaling`).
     scale: dict[str, ScaleState] = Field(default_factory=dict)
+    #: Host runs' states by host (``host.0``, ...) and where each hosted workload is
+    #: (:mod:`orchestration.workloads.hosts`).
+    hosts: dict[str, WorkloadState] = Field(default_factory=dict)
+    placement: dict[str, str] = Field(default_factory=dict)
 
     @classmethod
     def from_cursor(cls, cursor: str | None) -> DiscoveryState:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from consumers.service.http import Server, serve
-from consumers.service.tap_access import token_from_env
+from consumers.service.tap_access import TapAccess, token_from_env
 
 if TYPE_CHECKING:
     from dagster import OpExecutionContext
@@ -50,32 +50,46 @@ _EVERY_INTERFACE: Final = ("0.0.0.0", "::")
 
 @dataclass(frozen=True)
 class RunEndpoints:
-    """Where a run serves: the base URL, and how to read its tap (a command, or why it is off)."""
+    """Where a run serves: the base URL, and how to read its tap (a command, or why it is off):
+    ``tap`` for the run's tag (a host run's has ``<workload>`` for the name), :meth:`tap_of`
+    for one workload."""
 
     url: str
     tap: str
+    access: TapAccess
+
+    def tap_of(self, workload: str) -> str:
+        return self.access.how(self.url, workload)
 
 
 @contextmanager
 def run_endpoints(
-    context: OpExecutionContext, app: ConsumerApp, workload: str, replica: int = 0
+    context: OpExecutionContext,
+    app: ConsumerApp,
+    workload: str,
+    replica: int = 0,
+    host: bool = False,
 ) -> Iterator[RunEndpoints | None]:
-    """Serve the run's endpoints while inside; yields where (None when switched off)."""
-    host = os.environ.get(HOST_ENV, "127.0.0.1").strip() or "127.0.0.1"
-    if host == "off":
+    """Serve the run's endpoints while inside; yields where (None when switched off).
+    ``host``: ``workload`` is a host run's name, and each of its workloads has a tap."""
+    bind = os.environ.get(HOST_ENV, "127.0.0.1").strip() or "127.0.0.1"
+    if bind == "off":
         yield None
         return
-    server: Server = serve(app, 0, host, tap_token=token_from_env())
+    server: Server = serve(app, 0, bind, tap_token=token_from_env())
     advertised = os.environ.get(ADVERTISE_ENV, "").strip() or (
-        socket.gethostname() if host in _EVERY_INTERFACE else host
+        socket.gethostname() if bind in _EVERY_INTERFACE else bind
     )
     address = f"{advertised}:{server.port}"
     url = f"http://{address}"
-    endpoints = RunEndpoints(url, server.tap.how(url, workload))
+    endpoints = RunEndpoints(
+        url, server.tap.how(url, "<workload>" if host else workload), server.tap
+    )
     target = _write_target(context.run_id, workload, replica, address)
     try:
         context.instance.add_run_tags(context.run_id, {HTTP_TAG: url, TAP_TAG: endpoints.tap})
-        context.log.info(f"workload {workload}: {url}/metrics, {url}/healthz; tap: {endpoints.tap}")
+        who = f"host {workload}" if host else f"workload {workload}"
+        context.log.info(f"{who}: {url}/metrics, {url}/healthz; tap: {endpoints.tap}")
         yield endpoints
     finally:
         server.shutdown()

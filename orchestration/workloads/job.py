@@ -44,6 +44,7 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Executor
 from contextlib import contextmanager
 from types import FrameType
 from typing import Final
@@ -203,7 +204,9 @@ def stop_signals(loop: asyncio.AbstractEventLoop, stop: StopRequests) -> Iterato
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
-async def watch_run_status(context: OpExecutionContext, stop: StopRequests) -> None:
+async def watch_run_status(
+    context: OpExecutionContext, stop: StopRequests, executor: Executor | None = None
+) -> None:
     """Stop when the run is CANCELING, at once when it was force-terminated (CANCELED).
 
     The only termination notice off the main thread, and a backstop on it: a terminate whose
@@ -215,7 +218,8 @@ async def watch_run_status(context: OpExecutionContext, stop: StopRequests) -> N
         # Off the loop: a slow run storage must not stall handlers. Instances are thread-safe
         # (the daemon shares one across threads).
         try:
-            run = await asyncio.to_thread(instance.get_run_by_id, run_id)
+            loop = asyncio.get_running_loop()
+            run = await loop.run_in_executor(executor, instance.get_run_by_id, run_id)
         except Exception as exc:  # e.g. SQLite busy: a dead watcher would never see a terminate
             context.log.warning(f"run status not read, trying again: {exc!r}")
             continue
@@ -231,9 +235,10 @@ async def watch_run_status(context: OpExecutionContext, stop: StopRequests) -> N
             stop.stop(f"the run was marked {run.status.value} while still running")
 
 
-async def beat(context: OpExecutionContext, unit: str) -> None:
+async def beat(context: OpExecutionContext, unit: str, executor: Executor | None = None) -> None:
     """Tell the discovery sensor this run is alive (:mod:`orchestration.workloads.heartbeat`);
-    ``unit`` names the workload's replica it serves.
+    ``unit`` names the workload's replica it serves. ``executor``: where the writes run (default:
+    the loop's; a host run gives its own, so reports queued there cannot delay a beat).
 
     A failed write is logged and retried on the next beat: missing beats for
     ``heartbeat_timeout`` make the sensor declare the run dead, and the run then stops itself.
@@ -243,7 +248,8 @@ async def beat(context: OpExecutionContext, unit: str) -> None:
     while True:
         count += 1
         try:
-            await asyncio.to_thread(write_heartbeat, instance, unit, run_id, count)
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(executor, write_heartbeat, instance, unit, run_id, count)
         except Exception as exc:
             context.log.warning(f"heartbeat {count} not written: {exc!r}")
         await asyncio.sleep(HEARTBEAT_SECONDS)

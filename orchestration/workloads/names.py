@@ -23,6 +23,13 @@ SourceKind = Literal["kafka", "pulsar"]
 WORKLOAD_PARTITIONS_NAME: Final = "workloads"
 #: The job that runs one workload (partition key = workload name) until it is stopped.
 CONSUMER_JOB_NAME: Final = "consume_workload"
+#: The job that runs many workloads in one process (partition key = host, ``host.0``, ...), and
+#: its dynamic partitions: one per host the discovery sensor placed workloads on.
+HOST_JOB_NAME: Final = "consume_host"
+HOST_PARTITIONS_NAME: Final = "hosts"
+#: The jobs a person stops and starts one workload with, wherever it runs (partition = workload).
+STOP_JOB_NAME: Final = "stop_workload"
+START_JOB_NAME: Final = "start_workload"
 #: The job that rewinds one workload (partition key) to a point in time; while one runs, the
 #: discovery sensor launches no consumer run of that workload.
 REWIND_JOB_NAME: Final = "rewind_workload"

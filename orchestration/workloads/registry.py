@@ -47,6 +47,10 @@ class RegisteredWorkload:
     def name(self) -> str:
         return self.spec.name
 
+    @property
+    def enabled(self) -> bool:
+        return self.spec.enabled
+
 
 @dataclass(frozen=True)
 class InvalidSpec:

@@ -184,9 +184,13 @@ class Reporter:
         spec: WorkloadSpec,
         replica: int = 0,
         path: Path | None = None,
+        tag_assignment: bool = True,
     ) -> None:
-        """``path``: the spec's file (the checks' thresholds are read again when it changes)."""
+        """``path``: the spec's file (the checks' thresholds are read again when it changes);
+        ``tag_assignment``: keep the run's assigned-partitions tag (False in a host run, whose
+        workloads would overwrite each other's)."""
         self._context = context
+        self._tags = tag_assignment
         self._app = app
         self._name = self.workload = spec.name
         self.replica = replica
@@ -208,7 +212,7 @@ class Reporter:
         if endpoints is not None:
             self._links = {
                 "metrics": MetadataValue.url(f"{endpoints.url}/metrics"),
-                "tap": MetadataValue.text(endpoints.tap),
+                "tap": MetadataValue.text(endpoints.tap_of(self._name)),
             }
 
     async def every(self, seconds: float) -> None:
@@ -297,7 +301,7 @@ class Reporter:
         Written only when the assignment changes: each tag write rewrites the run's record.
         """
         assigned = assignment_text(parts)
-        if assigned != self._assigned:
+        if self._tags and assigned != self._assigned:
             run_id = self._context.run_id
             self._context.instance.add_run_tags(run_id, {ASSIGNED_TAG: assigned or "none"})
             self._assigned = assigned

@@ -36,6 +36,7 @@ from orchestration.workloads.discovery_model import (
     policy_from_env,
 )
 from orchestration.workloads.heartbeat import read_heartbeats
+from orchestration.workloads.host_store import MemberStatus, read_statuses, read_stopped
 from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,
     DISCOVERY_SENSOR_NAME,
@@ -43,6 +44,8 @@ from orchestration.workloads.names import (
     PARENT_RUN_TAG,
     PARTITION_TAG,
     PLATFORM_STOP_REASON,
+    START_JOB_NAME,
+    STOP_JOB_NAME,
     replica_of,
     stop_reason_of,
     unit_workload,
@@ -140,6 +143,10 @@ def collect_statuses(
     everyone = sorted(registry.workloads.keys() | invalid.keys() | remembered)
     names = [name for name in everyone if wanted is None or name in wanted]
     beats = read_heartbeats(instance, states.keys() | set(names))
+    placement = cursor.placement if cursor is not None else {}
+    hosted: dict[str, MemberStatus | None] = dict.fromkeys(placement)
+    hosted.update(read_statuses(instance, placement))
+    stopped = read_stopped(instance, names)
     statuses = []
     for name in names:
         runs = _runs(instance, name, history)
@@ -148,8 +155,50 @@ def collect_statuses(
         age = max(now.timestamp() - beat.at, 0.0) if beat is not None and beat.at else None
         scale = cursor.scale.get(name) if cursor is not None else None
         context = _Context(registry, invalid, states.get(name), now, policy, age, scale)
-        statuses.append(_status(instance, name, runs, context))
+        status = _status(instance, name, runs, context)
+        if name in stopped or name in hosted:
+            entry = registry.workloads.get(name)
+            spec = entry.spec if entry is not None else None
+            status = _hosted(instance, status, spec, name in stopped, hosted.get(name), now)
+        statuses.append(status)
     return _with_broker_lag(statuses, registry, now, measure)
+
+
+def _hosted(
+    instance: DagsterInstance,
+    status: WorkloadStatus,
+    spec: WorkloadSpec | None,
+    stopped: bool,
+    member: MemberStatus | None,
+    now: datetime,
+) -> WorkloadStatus:
+    """A workload stopped with ``stop_workload``, or one in a host run: its phase and figures
+    come from the host's report of it, not from runs of its own."""
+    if stopped:
+        note = f"stopped by a person with {STOP_JOB_NAME}: launch {START_JOB_NAME} to resume"
+        return status.model_copy(update={"phase": "stopped", "note": note})
+    if member is None:
+        return status.model_copy(update={"phase": "starting", "note": "placed on a host run"})
+    host_run = instance.get_run_by_id(member.run_id) if member.run_id else None
+    if member.state != "stopped" and (host_run is None or host_run.is_finished):
+        # Its host ended (a person's terminate, a crash) without writing its state again.
+        ended = host_run.status.value if host_run is not None else "gone"
+        note = f"its host run {member.host} ({member.run_id}) ended: {ended}"
+        return status.model_copy(update={"phase": "stopped", "note": note})
+    where = f"in host run {member.host} ({member.run_id})"
+    note = f"{where}; failure {member.failures}: {member.error}" if member.error else where
+    progress = status.progress
+    if member.state == "running" and spec is not None:
+        report = reported_progress(instance, spec, [member.run_id], now)
+        progress = (report,) if report is not None else progress
+    return status.model_copy(
+        update={
+            "phase": member.state,
+            "note": note,
+            "progress": progress,
+            "replicas_running": int(member.state == "running"),
+        }
+    )
 
 
 def _with_broker_lag(

@@ -7,6 +7,7 @@ Pure like the decision function: it reads runs and state and returns new state.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 from dagster import DagsterRunStatus
 
@@ -23,7 +24,7 @@ from orchestration.workloads.discovery_model import (
     WorkloadState,
 )
 from orchestration.workloads.names import unit_workload
-from orchestration.workloads.registry import InvalidSpec, RegisteredWorkload
+from orchestration.workloads.registry import InvalidSpec
 
 FINISHED_VALUES = frozenset(status.value for status in FINISHED)
 WAITING = frozenset(
@@ -61,6 +62,19 @@ class TickOutput:
         return text
 
 
+class Declared(Protocol):
+    """What a step needs of what it runs: a workload's spec
+    (:class:`~orchestration.workloads.registry.RegisteredWorkload`), or a
+    host (:mod:`orchestration.workloads.hosts`)."""
+
+    @property
+    def hash(self) -> str: ...
+    @property
+    def file(self) -> str: ...
+    @property
+    def enabled(self) -> bool: ...
+
+
 class WorkloadStep:
     """One workload's step of a tick (the order is in :mod:`orchestration.workloads.decisions`).
 
@@ -71,7 +85,7 @@ class WorkloadStep:
     def __init__(
         self,
         name: str,
-        entry: RegisteredWorkload | None,
+        entry: Declared | None,
         held: InvalidSpec | None,
         ws: WorkloadState,
         policy: RestartPolicy,
@@ -140,7 +154,7 @@ class WorkloadStep:
         """Why a run serving ``spec_hash`` must not run any more (None: it may)."""
         if self.entry is None:
             return None if self.held is not None else "removed"
-        if not self.entry.spec.enabled:
+        if not self.entry.enabled:
             return "disabled"
         if self.surplus:
             return "scaled_down"
@@ -309,7 +323,7 @@ class WorkloadStep:
             return "starting" if all(r.status in WAITING for r in active) else "running"
         if self.surplus:
             return "scaled down"
-        if not entry.spec.enabled:
+        if not entry.enabled:
             return "disabled"
         if self.pending is not None:
             return "starting"

@@ -25,7 +25,7 @@ from tests.helpers import until
 # The tier comes from tests/conftest.py: integration on a broker, unit in memory.
 
 
-def workload(backend: Backend, topic: str, group: str, handler, **settings) -> Workload:  # type: ignore[no-untyped-def]
+def workload(backend: Backend, topic: str, group: str, handler, **settings) -> Workload:
     defaults = {"name": "contract", "commit_interval": 0.05, "drain_timeout": 10.0}
     return Workload(
         RunnerSettings(**{**defaults, **settings}), handler, [topic], backend.factory(group)
@@ -233,7 +233,7 @@ async def test_a_partition_that_delivers_nothing_is_recovered_by_the_liveness_wa
     clients = []
     factory = backend.factory("g-silent")
 
-    def remember(on_commit):  # type: ignore[no-untyped-def]
+    def remember(on_commit):
         client = factory(on_commit)
         clients.append(client)
         return client
@@ -301,7 +301,7 @@ async def test_offsets_after_the_last_record_are_committed_past_when_idle() -> N
     assert backend.committed("g-marker", topic, 1) == backend.log_end(topic, 1) == {0: 6}
 
 
-def first_read_after_committing(backend: Backend, topic: str, start: int) -> list[int]:
+def first_read_after_committing(backend: Backend, topic: str, start: int) -> list[int | None]:
     """Join ``g-set-back`` committing ``start`` inside ``on_assign``; the first offset read."""
     consumer = backend.factory("g-set-back")(lambda failure: None)
 
@@ -311,10 +311,10 @@ def first_read_after_committing(backend: Backend, topic: str, start: int) -> lis
     consumer.subscribe(
         [topic], on_assign=assigned, on_revoke=lambda k: None, on_lost=lambda k: None
     )
-    first: list[int] = []
+    first: list[int | None] = []  # a client message's offset() may be None
     deadline = time.monotonic() + 30
     while not first and time.monotonic() < deadline:
-        first += [m.offset() for m in consumer.consume(10, 0.2) if m.error() is None][:1]  # type: ignore[misc]
+        first += [m.offset() for m in consumer.consume(10, 0.2) if m.error() is None][:1]
     assert consumer.low_watermark((topic, 0)) == 0
     consumer.close()
     return first

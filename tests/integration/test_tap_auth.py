@@ -147,6 +147,17 @@ def refused_pages_and_targets(port: int, token: str, targets: Path) -> list[str]
     return shown
 
 
+def tap_spec() -> WorkloadSpec:
+    """The workload the run reports on (its source is never reached)."""
+    return WorkloadSpec.model_validate(
+        {
+            "name": NAME,
+            "source": {"kind": "kafka", "bootstrap_servers": "127.0.0.1:9", "topics": ["t"]},
+            "handler": "consumers.dev.examples:enrich",
+        }
+    )
+
+
 class RunContext:
     """What run_endpoints and the Reporter use of an op's context, recorded."""
 
@@ -179,13 +190,7 @@ async def test_a_run_shows_how_to_read_its_tap_and_the_token_nowhere(
     monkeypatch.setenv("LANEHOUSE_RUN_HTTP_ADVERTISE", "127.0.0.1")
     monkeypatch.setenv("LANEHOUSE_PROMETHEUS_TARGETS", str(tmp_path))
     app = keyed_app("g-run", records=40)
-    spec = WorkloadSpec.model_validate(
-        {
-            "name": NAME,
-            "source": {"kind": "kafka", "bootstrap_servers": "127.0.0.1:9", "topics": ["t"]},
-            "handler": "consumers.dev.examples:enrich",
-        }
-    )
+    spec = tap_spec()
     context = RunContext()
     shown: list[str] = []
     with run_endpoints(context, app, NAME) as endpoints:  # type: ignore[arg-type]
@@ -209,3 +214,23 @@ async def test_a_run_shows_how_to_read_its_tap_and_the_token_nowhere(
     shown += [caplog.text, *context.lines, json.dumps(context.tags), repr(metadata)]
     assert any('"targets"' in text for text in shown)  # the file_sd target was looked at
     assert not [text for text in shown if token in text]
+
+
+async def test_a_host_run_shows_each_workload_its_own_tap() -> None:
+    """A host run serves one ``/tap/<workload>`` per member: its run says so, and each member's
+    page names its own, never the host's name."""
+    app = keyed_app("g-host", records=1)
+    spec = tap_spec()
+    context = RunContext()
+    with run_endpoints(context, app, "host.0", host=True) as endpoints:  # type: ignore[arg-type]
+        assert endpoints is not None
+        reporter = Reporter(context, app, spec, tag_assignment=False)  # type: ignore[arg-type]
+        reporter.link(endpoints)
+        port = int(endpoints.url.rsplit(":", 1)[1])
+        status, _ = await stream(app, port, 1, then=lambda: reporter.observe("running"))
+        assert status == 200  # the member's own tap answers
+    (observation,) = [e for e in context.events if isinstance(e, AssetObservation)]
+    tap = observation.metadata["tap"].value
+    assert tap == f"curl -sN {endpoints.url}/tap/{NAME}", tap
+    assert context.tags[TAP_TAG] == f"curl -sN {endpoints.url}/tap/<workload>"
+    assert any(line.startswith("host host.0: ") for line in context.lines), context.lines

@@ -42,3 +42,18 @@ def test_an_error_without_a_place_is_one_line() -> None:
     assert run(SpecError("a.yaml", "handler", "required"))[1].splitlines() == [
         "error: a.yaml: handler: required"
     ]
+
+
+def test_a_long_path_stays_on_its_line_at_any_width() -> None:
+    """Not folded at the console's width (80 columns when it is not a terminal): a path split
+    over two lines can neither be copied nor found with grep."""
+    path = "/tmp/" + "/".join(["a-rather-long-directory-name"] * 6) + "/bad.yaml"
+    app = typer.Typer()
+
+    @app.command()
+    def fail() -> None:
+        with exits_on():
+            raise SpecError(path, "source", "this field is required")
+
+    out = CliRunner().invoke(app, [], env={"NO_COLOR": "1", "COLUMNS": "60"}).output
+    assert out.splitlines() == [f"error: {path}: source: this field is required"]

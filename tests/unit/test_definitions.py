@@ -99,7 +99,9 @@ def test_a_bad_spec_leaves_the_other_workloads_loaded(tmp_path: Path) -> None:
     topics = [s.key for s in defs.resolve_all_asset_specs() if s.group_name == "topics"]
     assert topics == [AssetKey(["topics", "good_events"])]
     assert defs.resolve_job_def("consume_workload").partitions_def is not None
-    assert defs.resolve_sensor_def("workload_discovery").job_name == "consume_workload"
+    sensor = defs.resolve_sensor_def("workload_discovery")
+    assert {job.name for job in sensor.jobs} == {"consume_workload", "consume_host"}
+    assert defs.resolve_job_def("consume_host").partitions_def is not None
 
 
 SPARK_ASSETS = (

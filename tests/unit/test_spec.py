@@ -13,7 +13,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import SecretStr, ValidationError
 
-from consumers import SpecError, WorkloadSpec, load_spec, load_specs
+from consumers import (
+    KafkaSourceSpec,
+    PulsarSourceSpec,
+    SpecError,
+    WorkloadSpec,
+    load_spec,
+    load_specs,
+)
 from consumers.config.loading import interpolate, parse_duration, read_yaml_mapping
 from consumers.config.spec import resolve_handler, spec_hash
 from tests import handlers
@@ -64,6 +71,7 @@ def spec_error(tmp_path: Path, data: dict[str, Any] | str, **kwargs: Any) -> Spe
 
 def test_minimal_spec_gets_documented_defaults(tmp_path: Path) -> None:
     spec = load_spec(write(tmp_path, spec_data()), env={})
+    assert isinstance(spec.source, KafkaSourceSpec)
     assert spec.source.group == "lanehouse.clickstream"
     assert spec.source.topics == ("clickstream.events",)
     assert spec.source.config == {}
@@ -95,6 +103,7 @@ commit_interval: 2s
 drain_timeout: 0
 """
     spec = load_spec(write(tmp_path, text), env={})
+    assert isinstance(spec.source, KafkaSourceSpec)
     assert spec.source.bootstrap_servers == "127.0.0.1:9092"
     assert spec.source.group == "analytics.clicks"
     assert spec.virtual_partitions == 64
@@ -116,7 +125,7 @@ drain_timeout: 0
 def test_spec_is_frozen(tmp_path: Path) -> None:
     spec = load_spec(write(tmp_path, spec_data()), env={})
     with pytest.raises(ValidationError):
-        spec.concurrency = 5  # type: ignore[misc]
+        spec.concurrency = 5
 
 
 def test_example_workload_is_valid() -> None:
@@ -260,6 +269,7 @@ def test_pulsar_auth_token_is_a_secret(tmp_path: Path) -> None:
     assert isinstance(spec.source.config["auth_token"], SecretStr)
     assert SECRET not in repr(spec) and SECRET not in str(spec.model_dump(mode="json"))
     assert SECRET not in spec_hash(spec)
+    assert isinstance(spec.source, PulsarSourceSpec)
     assert spec.source.client_options() == {"auth_token": SECRET}
 
 
@@ -330,10 +340,12 @@ def test_env_value_and_default(tmp_path: Path) -> None:
     )
     path = write(tmp_path, data)
     spec = load_spec(path, env={"TOPIC": "clicks"})
+    assert isinstance(spec.source, KafkaSourceSpec)
     assert spec.source.bootstrap_servers == "localhost:9092"
     assert spec.source.topics == ("clicks.v1",)
     assert spec.concurrency == 7
     spec = load_spec(path, env={"TOPIC": "clicks", "BROKER": "kafka:9093", "CONCURRENCY": ""})
+    assert isinstance(spec.source, KafkaSourceSpec)
     assert spec.source.bootstrap_servers == "kafka:9093"
     assert spec.concurrency == 7  # `:-` also covers a variable set to the empty string
 
@@ -343,7 +355,9 @@ def test_process_environment_is_the_default(
 ) -> None:
     monkeypatch.setenv("LANEHOUSE_TEST_BROKER", "from-env:9092")
     path = write(tmp_path, spec_data(source=source(bootstrap_servers="${LANEHOUSE_TEST_BROKER}")))
-    assert load_spec(path).source.bootstrap_servers == "from-env:9092"
+    kafka = load_spec(path).source
+    assert isinstance(kafka, KafkaSourceSpec)
+    assert kafka.bootstrap_servers == "from-env:9092"
 
 
 def test_double_dollar_escapes_a_literal_reference(tmp_path: Path) -> None:
