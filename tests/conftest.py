@@ -71,7 +71,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     node ids.)"""
     if config.getvalue("dist") != "loadfile":
         return None
-    from xdist.scheduler import LoadFileScheduling
+    from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]
 
     class FilesOrE2e(LoadFileScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
