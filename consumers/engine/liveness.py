@@ -50,12 +50,15 @@ class ClientPauses:
         """In the assignment callback: resume ``keys`` after this poll."""
         self._assigned.extend(keys)
 
-    def after_poll(self, consumer: ConsumerLike, assigned: Container[PartitionKey]) -> None:
+    def after_poll(self, consumer: ConsumerLike, assigned: Container[PartitionKey]) -> bool:
+        """Resume what was just assigned; True while some assigned partition stays paused at
+        the client (that poll proved nothing about idleness)."""
         if self._assigned:
             keys = [key for key in self._assigned if key in assigned]
             self._assigned.clear()
             if keys:
                 self.apply(consumer, "resume", keys)
+        return any(key in assigned for key in self.paused)
 
     def apply(self, consumer: ConsumerLike, verb: str, keys: list[PartitionKey]) -> None:
         """Pause or resume ``keys`` at the client, and remember it."""
@@ -68,6 +71,31 @@ class ClientPauses:
             self.paused.update(keys)
         else:
             self.paused.difference_update(keys)
+
+
+class QuietPolls:
+    """How long the client has had nothing to deliver, by its own polls: the evidence
+    ``--until-idle`` stops on. Time alone is not evidence: a process starved of CPU, or a
+    source thread that has not yet polled since the engine resumed a partition, sees no record
+    for a while with records waiting (under the full suite's load a Pulsar run stopped so with
+    4,752 records unread, uncommitted for the next run). So only a span of consecutive empty
+    polls counts, and none while an assigned partition is paused at the client.
+
+    Written by the source thread (one tuple, replaced whole), read by the loop."""
+
+    def __init__(self) -> None:
+        self._span: tuple[float, float] | None = None
+
+    def polled(self, started: float, ended: float, empty: bool) -> None:
+        """One poll from ``started`` to ``ended``; ``empty``: it delivered nothing and nothing
+        assigned was paused at the client."""
+        span = self._span
+        self._span = None if not empty else (span[0] if span else started, ended)
+
+    def quiet_for(self, since: float) -> float:
+        """Seconds of empty polls after ``since`` (a time on the source's clock)."""
+        span = self._span
+        return 0.0 if span is None else max(0.0, span[1] - max(span[0], since))
 
 
 @dataclass

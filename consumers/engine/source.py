@@ -14,10 +14,8 @@ slices so commands and callbacks keep flowing.
 
 Topics deleted or recreated under the workload are fenced by an
 :class:`~consumers.engine.incarnations.IncarnationWatch`: their positions are never committed
-again, and the source fails with :class:`~consumers.errors.TopicReplaced`.
-
-Any client that keeps the broker contract (:mod:`consumers.backends.base`) works: Kafka, Pulsar
-and the in-memory broker.
+again, and the source fails with :class:`~consumers.errors.TopicReplaced`. Any client that
+keeps the broker contract (:mod:`consumers.backends.base`) works: Kafka, Pulsar, in memory.
 """
 
 from __future__ import annotations
@@ -44,7 +42,7 @@ from consumers.clock import Clock, RealClock
 from consumers.engine.commands import SourceCommands
 from consumers.engine.handoff import chain, set_exception, set_result
 from consumers.engine.incarnations import IncarnationWatch
-from consumers.engine.liveness import DEFAULT_STALL_AFTER, ClientPauses, StallWatch
+from consumers.engine.liveness import DEFAULT_STALL_AFTER, ClientPauses, QuietPolls, StallWatch
 from consumers.engine.partition import PartitionState
 from consumers.errors import BrokerError, EngineError
 
@@ -122,6 +120,7 @@ class SourceThread:
         self._pauses = ClientPauses(name)
         #: Partitions with records behind them that deliver nothing (read for reports).
         self.stalls = StallWatch(stall_after, self._clock)
+        self.quiet = QuietPolls()  # how long the polls delivered nothing: --until-idle
         self._thread = threading.Thread(target=self._run, name=f"lh-source-{name}", daemon=True)
         self.assigned: dict[PartitionKey, PartitionState] = {}
         self.failed: asyncio.Future[None] = loop.create_future()
@@ -175,8 +174,10 @@ class SourceThread:
                     self._handed.wait(self._poll_timeout)
                     self._handed.clear()
                     continue
+                started = now()
                 messages = consumer.consume(self._batch_size, self._poll_timeout)
-                self._pauses.after_poll(consumer, self.assigned)
+                paused = self._pauses.after_poll(consumer, self.assigned)
+                self.quiet.polled(started, now(), not (messages or paused))
                 if messages and self._intake_open:
                     self._posted += 1
                     self._post(("batch", messages))
@@ -293,8 +294,7 @@ class SourceThread:
         return None
 
     def _on_commit(self, failure: str | None) -> None:
-        """Count a commit's outcome. A failed commit means replays after a restart, never a
-        loss."""
+        """Count a commit's outcome (a failed one costs replays after a restart, not data)."""
         if failure is not None:
             self.commit_failures += 1
             log.warning("workload %s: commit failed: %s", self.name, failure)

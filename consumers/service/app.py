@@ -297,20 +297,21 @@ class ConsumerApp:
         return retired
 
     async def _until_idle(self, idle: float) -> None:
-        """Return once every workload is assigned, has nothing to do, and got no record for
-        ``idle`` seconds (a paused partition, a running handler or records known to wait
-        behind a partition's position is not idleness)."""
+        """Return once every workload is assigned, has nothing to do, and its client's polls
+        delivered nothing for ``idle`` seconds since (a paused partition, a running handler or
+        records known to wait behind a partition's position is not idleness; neither is time
+        without polls: see :class:`~consumers.engine.liveness.QuietPolls`)."""
         tick = min(idle / 4, 0.25)
         busy_seen = self.clock.now()
         while True:
             await self.clock.sleep(tick)
-            runners = self.runners.values()
-            behind = any(s.stalls.behind for s in self.sources.values())
+            runners, sources = self.runners.values(), self.sources.values()
+            behind = any(s.stalls.behind for s in sources)
             if not all(r.parts for r in runners) or any(r.busy for r in runners) or behind:
                 busy_seen = self.clock.now()
                 continue
             newest = max(busy_seen, *(r.last_ingest for r in runners))
-            if self.clock.now() - newest >= idle:
+            if all(s.quiet.quiet_for(newest) >= idle for s in sources):
                 return
 
     def _unlanded(self, runners: dict[str, WorkloadRunner]) -> LandingError | None:
