@@ -164,7 +164,7 @@ def decode_dead_letter(headers: Iterable[tuple[str, bytes | None]] | None) -> De
 
     def integer(name: str) -> int:
         raw = text(name)
-        if not raw.isascii() or not raw.isdigit():
+        if not raw.isascii() or not raw.isdecimal():
             raise ValueError(
                 f"malformed dead letter: header {name!r} is {raw[:40]!r}, not a non-negative integer"
             )

@@ -25,7 +25,7 @@ def _pool_sizes(values: list[str]) -> dict[str, int]:
     sizes: dict[str, int] = {}
     for value in values:
         name, sep, size = value.partition("=")
-        if not sep or not name or not size.isdigit() or int(size) < 1:
+        if not sep or not name or not size.isdecimal() or int(size) < 1:
             raise typer.BadParameter(f"expected NAME=SIZE with SIZE >= 1, got {value!r}")
         sizes[name] = int(size)
     return sizes

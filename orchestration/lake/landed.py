@@ -66,7 +66,7 @@ def landed_max_age() -> timedelta:
     raw = os.environ.get("LANEHOUSE_LANDED_MAX_AGE_MINUTES", "").strip()
     if not raw:
         return timedelta(minutes=DEFAULT_LANDED_MAX_AGE_MINUTES)
-    if not raw.isdigit() or int(raw) == 0:
+    if not raw.isdecimal() or int(raw) == 0:
         raise ValueError(f"LANEHOUSE_LANDED_MAX_AGE_MINUTES must be a positive int, got {raw!r}")
     return timedelta(minutes=int(raw))
 

@@ -54,7 +54,7 @@ def grace_period() -> timedelta:
     raw = os.environ.get("LANEHOUSE_LAKE_GRACE_MINUTES", "").strip()
     if not raw:
         return DEFAULT_GRACE
-    if not raw.isdigit():
+    if not raw.isdecimal():
         raise ValueError(f"LANEHOUSE_LAKE_GRACE_MINUTES must be an int >= 0, got {raw!r}")
     return timedelta(minutes=int(raw))
 

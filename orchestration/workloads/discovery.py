@@ -160,7 +160,7 @@ def interval_from_env() -> int:
     """``LANEHOUSE_SENSOR_SECONDS`` or 10; ``ValueError`` naming the variable when it is not a
     whole number of seconds of at least 1 (the code location then fails to load, saying so)."""
     raw = os.environ.get(INTERVAL_ENV, "10").strip()
-    if not raw.isdigit() or int(raw) < 1:
+    if not raw.isdecimal() or int(raw) < 1:
         raise ValueError(f"{INTERVAL_ENV}={raw!r}: expected a whole number of seconds, at least 1")
     return int(raw)
 
@@ -359,7 +359,7 @@ def run_info(record: RunRecord) -> RunInfo | None:
     if not workload:
         return None
     raw = tags.get(GENERATION_TAG, "")
-    generation = int(raw) if raw.isdigit() else None
+    generation = int(raw) if raw.isdecimal() else None
     # A re-execution carries a copy of its parent's tags: our tags describe the parent, not it
     # (it runs the current spec, and nobody stopped it yet). It counts as a person's launch.
     reexecuted = PARENT_RUN_TAG in tags

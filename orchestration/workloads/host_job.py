@@ -42,7 +42,12 @@ from consumers.service.launch import pool_factory, workload_from_spec
 from orchestration import settings
 from orchestration.workloads.discovery_model import RestartPolicy, policy_from_env
 from orchestration.workloads.endpoints import RunEndpoints, run_endpoints
-from orchestration.workloads.host_store import MemberStatus, read_members, write_status
+from orchestration.workloads.host_store import (
+    MemberState,
+    MemberStatus,
+    read_members,
+    write_status,
+)
 from orchestration.workloads.job import (
     ConsumerRunConfig,
     StopRequests,
@@ -157,9 +162,7 @@ class Host:
         self.members[name] = _Member(spec_hash, reporter, reports, now)
         failures = self.waiting.pop(name).failures if name in self.waiting else 0
         self._context.log.info(f"host {self.host}: workload {name} started (spec {spec_hash})")
-        self._status(
-            name, MemberStatus(host=self.host, run_id="", state="running", failures=failures)
-        )
+        self._status(name, "running", failures=failures)
 
     async def _stop(self, name: str, reason: str) -> None:
         member = self.members.pop(name)
@@ -175,7 +178,7 @@ class Host:
             f"host {self.host}: workload {name} stopped ({reason}) after {done} records{unclean}"
         )
         if reason == "removed":
-            self._status(name, MemberStatus(host=self.host, run_id="", state="stopped"))
+            self._status(name, "stopped")
 
     def _failed(self, name: str, member: _Member, now: float) -> None:
         del self.members[name]
@@ -196,18 +199,21 @@ class Host:
             f"host {self.host}: workload {name} stopped by an error (failure {failures}), its "
             f"neighbours go on; starting it again in {delay:g}s: {error}"
         )
-        status = MemberStatus(
-            host=self.host, run_id="", state="waiting", error=error, failures=failures
-        )
-        self._status(name, status)
+        self._status(name, "waiting", error=error, failures=failures)
 
-    def _status(self, name: str, status: MemberStatus) -> None:
+    def _status(
+        self, name: str, state: MemberState, error: str | None = None, failures: int = 0
+    ) -> None:
+        """Record ``name``'s state in this host run, for its page and the sensor."""
+        status = MemberStatus(
+            host=self.host,
+            run_id=self._context.run_id,
+            state=state,
+            error=error,
+            failures=failures,
+        )
         try:
-            write_status(
-                self._context.instance,
-                name,
-                status.model_copy(update={"run_id": self._context.run_id}),
-            )
+            write_status(self._context.instance, name, status)
         except Exception as exc:  # the engine matters more than the report
             self._context.log.warning(f"host {self.host}: status of {name} not written: {exc!r}")
 
@@ -217,7 +223,7 @@ class Host:
         for name, member in self.members.items():
             member.reports.cancel()
             member.reporter.observe(status)
-            self._status(name, MemberStatus(host=self.host, run_id="", state="stopped"))
+            self._status(name, "stopped")
 
 
 async def serve_host(

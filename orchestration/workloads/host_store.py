@@ -40,6 +40,9 @@ class _Members(BaseModel):
     members: dict[str, str]
 
 
+MemberState = Literal["running", "waiting", "stopped"]
+
+
 class MemberStatus(BaseModel):
     """One workload in a host run: running, waiting to start again after a failure, or stopped."""
 
@@ -47,7 +50,7 @@ class MemberStatus(BaseModel):
 
     host: str
     run_id: str
-    state: Literal["running", "waiting", "stopped"]
+    state: MemberState
     #: Why it is waiting (its last failure), else None.
     error: str | None = None
     #: Failures since it last ran long enough to count as stable.

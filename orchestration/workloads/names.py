@@ -77,13 +77,13 @@ def replica_unit(workload: str, replica: int) -> str:
 def unit_workload(unit: str) -> tuple[str, int]:
     """The workload and replica index of a :func:`replica_unit` name."""
     workload, _, replica = unit.partition("#")
-    return workload, int(replica) if replica.isdigit() else 0
+    return workload, int(replica) if replica.isdecimal() else 0
 
 
 def replica_of(tags: Mapping[str, str]) -> int:
     """A run's replica index from its tags (runs launched by hand, without the tag: 0)."""
     raw = tags.get(REPLICA_TAG, "")
-    return int(raw) if raw.isdigit() else 0
+    return int(raw) if raw.isdecimal() else 0
 
 
 def _part(text: str) -> str:

@@ -46,7 +46,7 @@ def host_budget_from_env(env: Mapping[str, str] | None = None) -> int:
     raw = (env if env is not None else os.environ).get(HOST_BUDGET_ENV, "").strip()
     if not raw:
         return DEFAULT_HOST_BUDGET
-    if not raw.isdigit():
+    if not raw.isdecimal():
         raise ValueError(
             f"{HOST_BUDGET_ENV}={raw!r}: expected a whole number of workloads (0: off)"
         )

@@ -253,7 +253,7 @@ def _runs(instance: DagsterInstance, name: str, limit: int) -> list[RunSummary]:
                 created_at=_aware(record.create_timestamp),
                 ended_at=_stamp(record.end_time),
                 generation=tags.get(GENERATION_TAG),
-                restarts=int(restarts) if restarts.isdigit() else 0,
+                restarts=int(restarts) if restarts.isdecimal() else 0,
                 crash_loop=tags.get(CRASH_LOOP_TAG) == "true",
                 stop_reason=stop_reason_of(run.run_id, tags),
                 by_sensor=GENERATION_TAG in tags and PARENT_RUN_TAG not in tags,

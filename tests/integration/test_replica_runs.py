@@ -28,13 +28,11 @@ from pathlib import Path
 
 import pytest
 from dagster import (
-    AddDynamicPartitionsRequest,
     DagsterInstance,
     DagsterRun,
     DagsterRunStatus,
     Definitions,
     RunsFilter,
-    build_sensor_context,
 )
 
 from consumers.dev.embedded.tansu import TansuBroker
@@ -52,6 +50,7 @@ from tests.support.fleet_recording import (
     read_fleet,
 )
 from tests.support.processes import REPO, write_spec
+from tests.support.sensor_platform import apply_partition_requests, daemon_context
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -104,19 +103,9 @@ class Daemon:
             self.error = exc
 
     def tick(self) -> None:
-        context = build_sensor_context(
-            instance=self.instance,
-            instance_ref=self.instance.get_ref(),
-            cursor=self.cursor,
-            definitions=self.defs,
-        )
-        data = self.sensor.evaluate_tick(context)
+        data = self.sensor.evaluate_tick(daemon_context(self.instance, self.cursor, self.defs))
         self.cursor = data.cursor
-        for request in data.dynamic_partitions_requests or []:
-            if isinstance(request, AddDynamicPartitionsRequest):
-                self.instance.add_dynamic_partitions(
-                    request.partitions_def_name, request.partition_keys
-                )
+        apply_partition_requests(self.instance, data)
         for run_request in data.run_requests or []:
             run = self.instance.create_run_for_job(consumer_job, tags=run_request.tags)
             replica = run.tags[REPLICA_TAG]

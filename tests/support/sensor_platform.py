@@ -23,6 +23,7 @@ from dagster import (
     DagsterRunStatus,
     Definitions,
     RunsFilter,
+    SensorEvaluationContext,
     build_sensor_context,
 )
 from dagster._core.definitions.sensor_definition import SensorExecutionData
@@ -51,6 +52,26 @@ concurrency: {concurrency}
 enabled: {enabled}
 replicas: {replicas}
 """
+
+
+def daemon_context(
+    instance: DagsterInstance, cursor: str | None, defs: Definitions
+) -> SensorEvaluationContext:
+    """A tick's context as the code server builds it: with an instance ref, so partition keys
+    are checked against storage."""
+    return build_sensor_context(
+        instance=instance, instance_ref=instance.get_ref(), cursor=cursor, definitions=defs
+    )
+
+
+def apply_partition_requests(instance: DagsterInstance, data: SensorExecutionData) -> None:
+    """A tick's dynamic-partition requests, applied as the sensor daemon does."""
+    for request in data.dynamic_partitions_requests or []:
+        if isinstance(request, AddDynamicPartitionsRequest):
+            instance.add_dynamic_partitions(request.partitions_def_name, request.partition_keys)
+        else:
+            for key in request.partition_keys:
+                instance.delete_dynamic_partition(request.partitions_def_name, key)
 
 
 class ListHandler(logging.Handler):
@@ -107,13 +128,7 @@ class Platform:
         (self.directory / f"{name}.yaml").write_text(text + extra)
 
     def tick(self) -> SensorExecutionData:
-        # Like the code server: an instance ref, so partition keys are checked against storage.
-        context = build_sensor_context(
-            instance=self.instance,
-            instance_ref=self.instance.get_ref(),
-            cursor=self.cursor,
-            definitions=self.defs,
-        )
+        context = daemon_context(self.instance, self.cursor, self.defs)
         handler = ListHandler()
         context.log.addHandler(handler)
         started = time.thread_time()  # CPU seconds: the tick's work, whatever else runs
@@ -123,14 +138,7 @@ class Platform:
         self.cursor = data.cursor
         for event in data.asset_events:  # as the daemon does
             self.instance.report_runless_asset_event(event)
-        for request in data.dynamic_partitions_requests or []:
-            if isinstance(request, AddDynamicPartitionsRequest):
-                self.instance.add_dynamic_partitions(
-                    request.partitions_def_name, request.partition_keys
-                )
-            else:
-                for key in request.partition_keys:
-                    self.instance.delete_dynamic_partition(request.partitions_def_name, key)
+        apply_partition_requests(self.instance, data)
         for run_request in data.run_requests or []:
             used = RunsFilter(tags={RUN_KEY_TAG: str(run_request.run_key)})
             if self.instance.get_runs(used):

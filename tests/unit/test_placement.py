@@ -85,5 +85,8 @@ def test_the_budget_comes_from_the_environment_or_says_what_is_wrong() -> None:
     assert host_budget_from_env({"LANEHOUSE_HOST_WORKLOADS": " 50 "}) == 50
     with pytest.raises(ValueError, match="LANEHOUSE_HOST_WORKLOADS='many'"):
         host_budget_from_env({"LANEHOUSE_HOST_WORKLOADS": "many"})
+    # A digit int() cannot read (superscript two) is the same clear error, not int()'s own.
+    with pytest.raises(ValueError, match="expected a whole number"):
+        host_budget_from_env({"LANEHOUSE_HOST_WORKLOADS": "\u00b2"})
     with pytest.raises(ValueError, match="at least 1"):
         place(["a"], {}, budget=0)
