@@ -109,16 +109,26 @@ class Platform:
     def launch(self, page: Any, job: str, workload: str, shot: str) -> str:
         """Jobs → ``job`` → Launchpad → the workload's partition → Launch; the run's status once
         it ended."""
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
         from playwright.sync_api import expect
 
         before = {run.run_id for run in self.runs(job)}
         page.goto(f"{self.url}/locations/lanehouse/jobs/{job}/playground")
         partition = page.get_by_placeholder("Partition")
-        partition.click()
-        partition.fill(workload)
-        # The suggestions come from the job's partitions, loaded after the page: on a busy
-        # machine Enter pressed before they came selected nothing. Click the workload's.
-        page.get_by_role("menuitem", name=workload, exact=True).click(timeout=60_000)
+        choice = page.get_by_role("menuitem", name=workload, exact=True)
+        # The suggestions come from the job's partitions, loaded after the page, and filter on
+        # typing: text typed before they came left the menu empty for good (2 clean-clone runs
+        # waited 60 s for it). So type again until the workload's suggestion shows, then click.
+        for attempt in range(8):
+            partition.click()
+            partition.fill("")
+            partition.press_sequentially(workload)
+            try:
+                choice.wait_for(timeout=10_000)
+                break
+            except PlaywrightTimeout:
+                page.screenshot(path=ARTIFACTS / f"{Path(shot).stem}-no-suggestion-{attempt}.png")
+        choice.click(timeout=10_000)
         expect(partition).to_have_value(workload, timeout=30_000)
         launch = page.get_by_role("button", name="Launch Run")
         expect(launch).to_be_enabled(timeout=30_000)
