@@ -61,9 +61,12 @@ def test_member_joining_and_leaving_loses_nothing(
     spec = write_spec(tmp_path / "spec.yaml", kafka_broker, topic, "g-group", concurrency=40)
     run_a, run_b = tmp_path / "a.txt", tmp_path / "b.txt"
 
-    a = start_consumer(spec, run_a, 0.02, "--until-idle", "3")
+    # 50 ms a record at 40 at once: about 800 records/s, so A alone needs half a minute for
+    # what the leave must still find. At 20 ms A had read 27,950 of 30,000 before B, started
+    # on a loaded machine, had handled its first 2,000.
+    a = start_consumer(spec, run_a, 0.05, "--until-idle", "3")
     wait_until(lambda: lines(run_a) >= 2000, timeout=60, message="member A made progress")
-    b = start_consumer(spec, run_b, 0.02)
+    b = start_consumer(spec, run_b, 0.05)
     wait_until(lambda: lines(run_b) >= 2000, timeout=60, message="member B got partitions")
     assert lines(run_a) < count - 5000, "A finished too early for the leave to matter"
     b.send_signal(signal.SIGTERM)  # graceful leave: drain, commit, close
