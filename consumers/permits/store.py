@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -118,6 +119,10 @@ class PoolStatus:
 
     def live(self) -> list[LeaseRow]:
         return [lease for lease in self.leases if lease.expires_in > 0]
+
+
+#: The insert with ``ON CONFLICT`` of each database the store runs on.
+_INSERTS: dict[str, Any] = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
 
 
 def create_permit_engine(url: str) -> Engine:
@@ -214,19 +219,24 @@ class PermitStore:
         self._ready = True
 
     def declare_pools(self, sizes: dict[str, int]) -> None:
-        """Insert or resize pools (the config file is the truth; the last starter wins)."""
+        """Insert or resize pools (the config file is the truth; the last starter wins).
+
+        The insert skips a pool that exists: a row lock cannot guard a row that is not there
+        yet, and three processes declaring one new pool at once on PostgreSQL failed one with
+        a duplicate key."""
         self.ensure_schema()
+        insert = _INSERTS[self.engine.dialect.name]
         with self._transaction() as conn:
             now = self._now(conn)
             for pool, size in sizes.items():
+                new = insert(pools_table).values(pool=pool, size=size, updated_at=now)
+                conn.execute(new.on_conflict_do_nothing(index_elements=["pool"]))
                 row = conn.execute(
                     sa.select(pools_table.c.size)
                     .where(pools_table.c.pool == pool)
                     .with_for_update()
-                ).first()
-                if row is None:
-                    conn.execute(pools_table.insert().values(pool=pool, size=size, updated_at=now))
-                elif row.size != size:
+                ).one()
+                if row.size != size:
                     log.warning("permit pool %s resized from %d to %d", pool, row.size, size)
                     conn.execute(
                         pools_table.update()
