@@ -110,13 +110,16 @@ def test_up_runs_every_workload_and_ctrl_c_stops_runs_first(tmp_path: Path) -> N
         assert (up.state / "pulsar" / "db.rocksdb").is_dir()  # the state dir is relative
         first["clickstream"] = rewind_clickstream(up, first["clickstream"])
         # A crash: the code server marks the run FAILURE at once, and the sensor launches its
-        # replacement at its first tick at least the backoff after the failure.
-        restart = up.kill_run(proc, first["orders"])
+        # replacement at its first tick at least the backoff after the failure. (The Kafka
+        # workload: pulsar-lite never again delivers to a subscription whose consumer was
+        # killed with messages unacknowledged, until the broker restarts; two clean-clone runs
+        # failed so on orders. Production Pulsar drops the consumer with its connection.)
+        restart = up.kill_run(proc, first["clickstream"])
         print(f"\nkill -9: {restart}")
         assert restart.failed < 5, restart
         assert restart.launched < BACKOFF + 2 * SENSOR_SECONDS + 10, restart
         assert restart.consuming < 120, restart
-        first["orders"] = restart.run_id
+        first["clickstream"] = restart.run_id
         stopped = up.stop(proc)  # Ctrl-C
     print(f"\nCtrl-C: {stopped}")
     # The brokers outlived the runs, so each run's final commit went through.
