@@ -50,6 +50,10 @@ class PostgresServer:
     base_dir: Path
     port: int
     system_user: str | None
+    #: As root, ``base_dir`` is a scratch directory outside pytest's temp dir (see
+    #: :func:`start_postgres`) and this is the pytest directory that links to it. pytest never
+    #: removes the scratch directory, so :meth:`cleanup` does (~100 MB each).
+    home: Path | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -99,9 +103,19 @@ class PostgresServer:
         return result.returncode == 0
 
     def cleanup(self) -> None:
-        """Stop if running; the data stays in ``base_dir`` for post-mortems."""
-        if self.is_running():
-            self.stop()
+        """Stop if running. What lives in pytest's temp dir stays for post-mortems (pytest keeps
+        the last three sessions); of a scratch directory only the server log is kept, copied
+        into ``home``."""
+        try:
+            if self.is_running():
+                self.stop()
+        finally:
+            if self.home is not None:
+                link = self.home / "server"
+                if self.log_file.exists():
+                    shutil.copyfile(self.log_file, self.home / "postgres.log")
+                shutil.rmtree(self.base_dir, ignore_errors=True)
+                link.unlink(missing_ok=True)
 
     def create_database(self, name: str | None = None) -> str:
         """A fresh, empty database (isolation between tests); returns its SQLAlchemy URL."""
@@ -152,16 +166,17 @@ def start_postgres(base_dir: Path) -> PostgresServer:
     as long as it runs. pytest closes its temp root (``/tmp/pytest-of-root``, mode 0700) at the
     start of every session, so a second test session on the machine would lock the server out
     of a directory below it. There the server's files live in a directory of their own under
-    the system temp dir, and ``base_dir/server`` links to it for post-mortems.
+    the system temp dir, ``base_dir/server`` links to it while it exists, and
+    :meth:`PostgresServer.cleanup` removes it, keeping the log in ``base_dir``.
     """
     base_dir.mkdir(parents=True, exist_ok=True)
     system_user = None
+    home = None
     if os.geteuid() == 0:
-        own = Path(tempfile.mkdtemp(prefix="lanehouse-postgres-"))
-        (base_dir / "server").symlink_to(own)
-        base_dir = own
+        home, base_dir = base_dir, Path(tempfile.mkdtemp(prefix="lanehouse-postgres-"))
+        (home / "server").symlink_to(base_dir)
         system_user = _prepare_root_user(base_dir)
-    server = PostgresServer(base_dir=base_dir, port=free_port(), system_user=system_user)
+    server = PostgresServer(base_dir=base_dir, port=free_port(), system_user=system_user, home=home)
     server._run(
         BIN_DIR / "initdb",
         "-D",

@@ -30,3 +30,7 @@ def test_an_outage_works_after_another_session_locks_the_pytest_temp_root(
             root.chmod(mode)
     finally:
         server.cleanup()
+    # The scratch directory outside pytest's temp dir is gone; its log is kept beside the test.
+    assert server.home == tmp_path / "pg"
+    assert not server.base_dir.exists()
+    assert "database system is shut down" in (tmp_path / "pg" / "postgres.log").read_text()

@@ -323,7 +323,9 @@ def start_postgres_on(host: str, base_dir: Path) -> HubPostgres:
     first.stop()
     with (first.data_dir / "pg_hba.conf").open("a") as hba:
         hba.write(f"host all all {_RANGE} trust\n")
-    server = HubPostgres(first.base_dir, _free_port(host), first.system_user, listen=host)
+    server = HubPostgres(
+        first.base_dir, _free_port(host), first.system_user, home=first.home, listen=host
+    )
     server.start()
     return server
 
