@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import signal
 import threading
@@ -29,11 +30,24 @@ _TIERS = ("unit", "integration", "reliability", "e2e")
 _ONE_AT_A_TIME = "tests/e2e/"
 
 
+#: Java options of every Spark JVM the tests start, in this process or in a platform it runs
+#: (``SPARK_SUBMIT_OPTS`` reaches each driver, ``SPARK_DAEMON_JAVA_OPTS`` a standalone master and
+#: worker). The suite keeps both cores busy, so a JVM's CPU is its cost: tests run small jobs
+#: in short-lived JVMs, where the C2 compiler's and the parallel collector's threads cost more
+#: CPU than they win back. Measured alone on 2 cores: ``test_spark_jobs`` 158 → 112 CPU-s,
+#: ``test_lake_assets`` 226 → 204, two asset runs in a fresh JVM 120 → 84. Semantics do not
+#: change; production keeps the JVM's defaults. A developer's own value wins.
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Turn SIGTERM (``timeout``, CI limits) into KeyboardInterrupt so fixtures tear down and
-    no broker is orphaned; by default SIGTERM ends Python without running finalizers."""
+    no broker is orphaned; by default SIGTERM ends Python without running finalizers. Set the
+    test JVMs' options (``TEST_JVM_OPTIONS``) before any Spark starts."""
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _interrupt)
+    for variable in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
+        os.environ.setdefault(variable, TEST_JVM_OPTIONS)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
