@@ -66,16 +66,20 @@ class ManualClock:
 
 async def first_of(*awaitables: Awaitable[Any]) -> None:
     """Return when the first awaitable finishes; cancel the coroutines it started for the others.
+    One of those coroutines that failed raises its error here: a failure is not a finish.
 
     Futures passed in are only watched, never cancelled: they belong to someone else.
     """
     owned = [asyncio.ensure_future(a) for a in awaitables if not isinstance(a, asyncio.Future)]
     watched = [a for a in awaitables if isinstance(a, asyncio.Future)]
     try:
-        await asyncio.wait([*owned, *watched], return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait([*owned, *watched], return_when=asyncio.FIRST_COMPLETED)
     finally:
         for task in owned:
             task.cancel()
+    for task in owned:
+        if task in done and not task.cancelled() and (error := task.exception()) is not None:
+            raise error
 
 
 async def wait_for(

@@ -310,7 +310,7 @@ class ConsumerApp:
             if not all(r.parts for r in runners) or any(r.busy for r in runners) or behind:
                 busy_seen = self.clock.now()
                 continue
-            newest = max(busy_seen, *(r.last_ingest for r in runners))
+            newest = max([busy_seen, *(r.last_ingest for r in runners)])
             if all(s.quiet.quiet_for(newest) >= idle for s in sources):
                 return
 

@@ -94,3 +94,10 @@ def test_only_consecutive_empty_polls_count_as_quiet() -> None:
     assert quiet.quiet_for(0.0) == 0.0
     quiet.polled(2.1, 2.2, empty=True)
     assert quiet.quiet_for(0.0) == pytest.approx(0.1)
+
+
+async def test_an_app_with_no_workload_left_is_idle_at_once() -> None:
+    """Every workload removed (or retired): nothing can be waiting, so ``until_idle`` ends the
+    run. Before, its own ``max()`` over no runner raised."""
+    summaries = await asyncio.wait_for(ConsumerApp([]).run(until_idle=IDLE), timeout=IDLE * 20)
+    assert summaries == []
