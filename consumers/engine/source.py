@@ -177,11 +177,11 @@ class SourceThread:
                 started = now()
                 messages = consumer.consume(self._batch_size, self._poll_timeout)
                 paused = self._pauses.after_poll(consumer, self.assigned)
-                self.quiet.polled(started, now(), not (messages or paused))
+                self.quiet.polled(started, ended := now(), not (messages or paused))
                 if messages and self._intake_open:
                     self._posted += 1
                     self._post(("batch", messages))
-                if now() >= next_watermarks:
+                if ended >= next_watermarks:
                     held = self._posted - self._ingested >= MAX_HANDOFF_BATCHES
                     self._refresh_watermarks(consumer, held)
                     next_watermarks = now() + WATERMARK_REFRESH_SECONDS
