@@ -180,8 +180,8 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgr
     """A real PostgreSQL 18 on a free loopback port, shared by the whole session (~0.6 s).
 
     ``.uri``/``.sqlalchemy_url`` (user ``postgres``, no password), ``.create_database()`` for a
-    fresh database per test, ``.stop()``/``.start()`` for outages. Data and log stay in pytest's
-    temp dir for post-mortems.
+    fresh database per test, ``.stop()``/``.start()`` for outages. Its log stays in pytest's
+    temp dir for post-mortems (its data too, unless run as root: see ``start_postgres``).
     """
     from tests.postgres import start_postgres
 

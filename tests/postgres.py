@@ -177,26 +177,30 @@ def start_postgres(base_dir: Path) -> PostgresServer:
         (home / "server").symlink_to(base_dir)
         system_user = _prepare_root_user(base_dir)
     server = PostgresServer(base_dir=base_dir, port=free_port(), system_user=system_user, home=home)
-    server._run(
-        BIN_DIR / "initdb",
-        "-D",
-        str(server.data_dir),
-        "-U",
-        USER,
-        "--auth=trust",
-        "--encoding=UTF8",
-        "--locale=C",
-        "--no-sync",
-    )
-    for attempt in range(3):  # the free port may be taken between free_port() and start
-        try:
-            server.start()
-            return server
-        except RuntimeError:
-            if attempt == 2:
-                raise
-            server.port = free_port()
-    raise AssertionError("unreachable")
+    try:
+        server._run(
+            BIN_DIR / "initdb",
+            "-D",
+            str(server.data_dir),
+            "-U",
+            USER,
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--locale=C",
+            "--no-sync",
+        )
+        for attempt in range(3):  # the free port may be taken between free_port() and start
+            try:
+                server.start()
+                return server
+            except RuntimeError:
+                if attempt == 2:
+                    raise
+                server.port = free_port()
+        raise AssertionError("unreachable")
+    except BaseException:
+        server.cleanup()  # nobody else will: the caller gets no server
+        raise
 
 
 def _prepare_root_user(base_dir: Path) -> str:
