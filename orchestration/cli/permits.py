@@ -11,7 +11,7 @@ import json
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
@@ -21,8 +21,10 @@ from rich.table import Table
 from rich.text import Text
 
 from consumers.config.platform import load_platform_config
-from consumers.permits.store import PermitStore, PoolStatus
 from orchestration.console import exits_on, print_error
+
+if TYPE_CHECKING:  # SQLAlchemy takes ~0.3 s to import: only `permits status` pays for it
+    from consumers.permits.store import PoolStatus
 
 permits_app = typer.Typer(
     name="permits",
@@ -108,6 +110,8 @@ def status(
     try:
         with exits_on():
             platform = load_platform_config(config)
+            from consumers.permits.store import PermitStore
+
             store = PermitStore(platform.permits.database_url())
             pools = store.status()
             if as_json:
