@@ -54,6 +54,15 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+#: Slow clean-ups of session fixtures, run after the last test (outside any test's timeout).
+_AT_SESSION_END: list[Callable[[], None]] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    while _AT_SESSION_END:
+        _AT_SESSION_END.pop()()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests under ``tests/<tier>/`` get the ``<tier>`` marker, so ``-m unit`` just works; a
     contract case on the in-memory backend (``backend`` or ``kafka_backend`` is ``memory``)
@@ -189,7 +198,10 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgr
     try:
         yield server
     finally:
-        server.cleanup()
+        # A session fixture's teardown runs inside the last test's, under its timeout (2 s for
+        # some unit tests): removing the data waits for pytest_sessionfinish.
+        server.cleanup(remove=False)
+        _AT_SESSION_END.append(server.remove_scratch)
 
 
 @pytest.fixture(scope="session")

@@ -102,20 +102,26 @@ class PostgresServer:
         result = self._run(BIN_DIR / "pg_ctl", "-D", str(self.data_dir), "status", check=False)
         return result.returncode == 0
 
-    def cleanup(self) -> None:
-        """Stop if running. What lives in pytest's temp dir stays for post-mortems (pytest keeps
-        the last three sessions); of a scratch directory only the server log is kept, copied
-        into ``home``."""
+    def cleanup(self, remove: bool = True) -> None:
+        """Stop if running, then :meth:`remove_scratch` unless told not to (a session-scoped
+        server removes it at the session's end: see ``tests/conftest.py``)."""
         try:
             if self.is_running():
                 self.stop()
         finally:
-            if self.home is not None:
-                link = self.home / "server"
-                if self.log_file.exists():
-                    shutil.copyfile(self.log_file, self.home / "postgres.log")
-                shutil.rmtree(self.base_dir, ignore_errors=True)
-                link.unlink(missing_ok=True)
+            if remove:
+                self.remove_scratch()
+
+    def remove_scratch(self) -> None:
+        """What lives in pytest's temp dir stays for post-mortems (pytest keeps the last three
+        sessions); of a scratch directory only the server log is kept, copied into ``home``.
+        Removing ~100 MB of small files takes seconds on a busy machine."""
+        if self.home is None:
+            return
+        if self.log_file.exists():
+            shutil.copyfile(self.log_file, self.home / "postgres.log")
+        shutil.rmtree(self.base_dir, ignore_errors=True)
+        (self.home / "server").unlink(missing_ok=True)
 
     def create_database(self, name: str | None = None) -> str:
         """A fresh, empty database (isolation between tests); returns its SQLAlchemy URL."""
