@@ -259,9 +259,20 @@ class Up:
         from orchestration.workloads.discovery_model import RESTARTS_TAG
         from orchestration.workloads.endpoints import HTTP_TAG
 
-        [run] = [r for r in self.runs() if r["runId"] == run_id]
-        workload = run["tags"]["dagster/partition"]
-        port = int(run["tags"][HTTP_TAG].rsplit(":", 1)[1])
+        def tags() -> dict[str, str]:
+            [run] = [r for r in self.runs() if r["runId"] == run_id]
+            return dict(run["tags"])
+
+        # A run tags its address once its endpoint serves, a moment after it is STARTED (a
+        # clean-clone run killed a run fresh from a rewind before the tag was there).
+        wait_until(
+            lambda: HTTP_TAG in tags(),
+            timeout=60,
+            interval=0.5,
+            message=f"run {run_id} tagged with the address it serves",
+        )
+        workload = tags()["dagster/partition"]
+        port = int(tags()[HTTP_TAG].rsplit(":", 1)[1])
         [worker] = {listener.pid for listener in listeners(proc.pid) if listener.port == port}
         os.kill(worker, signal.SIGKILL)
         killed = time.monotonic()
