@@ -17,11 +17,15 @@ async def test_the_first_to_finish_ends_the_wait_and_the_others_are_cancelled() 
 
     async def forever() -> None:
         started.append("forever")
-        await asyncio.sleep(60)
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            started.append("cancelled")
+            raise
 
     await first_of(asyncio.sleep(0.01), forever(), slow)
-    await asyncio.sleep(0)
-    assert started == ["forever"]
+    await asyncio.sleep(0)  # the cancelled coroutine runs to its end
+    assert started == ["forever", "cancelled"]
     assert not slow.done(), "a future passed in belongs to its owner: never cancelled"
     slow.cancel()
 
