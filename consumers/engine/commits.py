@@ -42,6 +42,11 @@ class CommitPlanner:
             offsets.append((part.topic, part.partition, position, metadata))
         return offsets
 
+    def resend_all(self) -> None:
+        """A commit failed: what was planned is not what the broker holds, so plan it all
+        again (an idle partition's position would otherwise stay behind for good)."""
+        self._last.clear()
+
     def forget(self, key: PartitionKey) -> None:
         """A partition left: its next assignment starts from whatever the broker holds."""
         self._last.pop(key, None)

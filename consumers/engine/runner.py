@@ -200,6 +200,10 @@ class WorkloadRunner:
             if part is not None and not part.closing:
                 part.tracker.client_at(position)
 
+    def commit_failed(self) -> None:
+        """A commit failed: the next one sends every position, moved or not."""
+        self._commits.resend_all()
+
     def assign(self, parts: Iterable[PartitionState]) -> None:
         self.last_ingest = self._clock.now()  # idleness counts from the assignment
         for part in parts:

@@ -27,6 +27,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Any, Protocol
 
 from consumers.backends.base import (
@@ -69,6 +70,7 @@ class Consuming(Protocol):
     def assign(self, parts: Iterable[PartitionState]) -> None: ...
     def ingest(self, messages: list[MessageLike]) -> None: ...
     def client_positions(self, positions: dict[PartitionKey, int]) -> None: ...
+    def commit_failed(self) -> None: ...
     async def revoke(self, keys: Sequence[PartitionKey]) -> list[CommitOffset]: ...
     async def drain(self) -> list[CommitOffset]: ...
 
@@ -158,8 +160,8 @@ class SourceThread:
             consumer.subscribe(
                 self._topics,
                 on_assign=self._on_assign,
-                on_revoke=self._on_revoke,
-                on_lost=self._on_lost,
+                on_revoke=partial(self._release, commit=True),
+                on_lost=partial(self._release, commit=False),  # gone: nothing to commit
             )
             now = self._clock.now
             next_watermarks = now()
@@ -239,6 +241,8 @@ class SourceThread:
                 runner.assign(payload)
             elif kind == "positions":
                 runner.client_positions(payload)
+            elif kind == "commit_failed":
+                runner.commit_failed()
             elif kind == "ends":
                 for key, high in payload.items():
                     if (part := runner.parts.get(key)) is not None:
@@ -294,10 +298,12 @@ class SourceThread:
         return None
 
     def _on_commit(self, failure: str | None) -> None:
-        """Count a commit's outcome (a failed one costs replays after a restart, not data)."""
+        """Count a commit's outcome. A failed one costs replays after a restart, not data, and
+        the loop hears of it, so the next commit sends every position again."""
         if failure is not None:
             self.commit_failures += 1
             log.warning("workload %s: commit failed: %s", self.name, failure)
+            self._post(("commit_failed", None))
         else:
             self.commits += 1
 
@@ -364,12 +370,6 @@ class SourceThread:
         the ones assigned (fencing those that are not)."""
         if self._watch is not None and offsets:
             self._watch.check({offset[0] for offset in offsets})
-
-    def _on_revoke(self, keys: list[PartitionKey]) -> None:
-        self._release(keys, commit=True)
-
-    def _on_lost(self, keys: list[PartitionKey]) -> None:
-        self._release(keys, commit=False)
 
     def _release(self, keys: list[PartitionKey], commit: bool) -> None:
         log.info("workload %s: revoking %s (commit=%s)", self.name, keys, commit)

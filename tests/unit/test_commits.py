@@ -57,3 +57,12 @@ def test_a_forgotten_partition_is_planned_again_after_it_comes_back() -> None:
     assert planner.plan([part], only_changed=True) == [("t", 0, 0, "")]
     planner.forget(("t", 0))
     assert planner.plan([part], only_changed=True) == [("t", 0, 0, "")]
+
+
+def test_after_a_failed_commit_every_position_is_planned_again() -> None:
+    planner = CommitPlanner(commit_every=100)
+    first, _ = delivered(0, range(0, 5))
+    assert planner.plan([first], only_changed=True) == [("t", 0, 0, "")]
+    assert planner.plan([first], only_changed=True) == []
+    planner.resend_all()  # the broker did not take it
+    assert planner.plan([first], only_changed=True) == [("t", 0, 0, "")]

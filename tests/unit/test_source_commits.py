@@ -197,3 +197,63 @@ def test_a_stop_whose_final_commit_fails_is_a_failure_not_a_clean_stop() -> None
         assert "_WAIT_COORD" in str(failed.value) and "none lost" in str(failed.value)
 
     asyncio.run(scenario())
+
+
+class FirstCommitsFail(MemoryConsumer):
+    """A member whose asynchronous commits fail until ``healthy`` is set (a coordinator that
+    moved): each failure reaches ``on_commit`` at the next poll, as the client reports it."""
+
+    def __init__(self, broker: MemoryBroker, on_commit: CommitResult) -> None:
+        super().__init__(broker, "g", on_commit)
+        self.healthy = threading.Event()
+        self.failures = 0
+        self._report = on_commit
+        self._failed_now = False
+
+    def commit(self, offsets: list[CommitOffset], asynchronous: bool = True) -> None:
+        if asynchronous and not self.healthy.is_set():
+            self.failures += 1
+            self._failed_now = True
+            return
+        super().commit(offsets, asynchronous)
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[PlainMessage]:
+        if self._failed_now:
+            self._failed_now = False
+            self._report("commit failed: KafkaError{code=NOT_COORDINATOR}")
+        return super().consume(num_messages, timeout)
+
+
+def test_a_failed_commit_is_sent_again_though_nothing_new_arrives() -> None:
+    """Before: the planner remembered a position as sent when it planned it, so a failed
+    asynchronous commit of an idle partition was never sent again: the group's position stayed
+    behind (lag that never drains, records handled again after a restart) until new records
+    moved the position."""
+    broker = MemoryBroker()
+    broker.create_topic("events", 1)
+    for i in range(50):
+        broker.produce("events", b"v", b"k%d" % (i % 5))
+    handled: list[int] = []
+    consumers: list[FirstCommitsFail] = []
+
+    def factory(on_commit: CommitResult) -> FirstCommitsFail:
+        consumers.append(FirstCommitsFail(broker, on_commit))
+        return consumers[-1]
+
+    settings = RunnerSettings(name="retried", commit_interval=0.02, drain_timeout=5.0)
+    app = ConsumerApp([Workload(settings, handled.append, ["events"], factory)])
+
+    def position() -> int:
+        [(_, _, offset, _)] = consumers[0].committed([("events", 0)])
+        return offset
+
+    async def scenario() -> None:
+        run = asyncio.ensure_future(app.run())
+        await until(lambda: len(handled) == 50, 10, "every record handled")
+        await until(lambda: consumers[0].failures >= 1, 10, "a commit failed")
+        consumers[0].healthy.set()  # the coordinator is back; no record arrives any more
+        await until(lambda: position() == 50, 10, f"position {position()} reaches 50")
+        app.request_stop()
+        await run
+
+    asyncio.run(scenario())
