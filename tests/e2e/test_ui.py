@@ -32,7 +32,7 @@ from consumers.backends.kafka.consumer import committed_offsets, log_end_offsets
 from consumers.dev.sample import produce_sample
 from orchestration.workloads.assets import LAG_CHECK, workload_key
 from tests.helpers import wait_until
-from tests.support.browser import chromium_page, nux_seen
+from tests.support.browser import chromium_page, nux_seen, park
 from tests.support.platform_up import REPO, WORKLOADS, Up
 
 # The browser test took 3 min 20 s on a quiet 2-core machine: room for a busier one.
@@ -112,6 +112,7 @@ def test_terminate_from_the_ui_then_relaunch_resumes(tmp_path: Path, page: objec
         assert any("stopped by a person" in m for m in _messages(up, run_id))
         expect(page.get_by_text("Success").first).to_be_visible(timeout=30_000)
         page.screenshot(path=ARTIFACTS / "6-run-stopped.png")
+        park(page)
         at_cancel = committed(up)
         assert at_cancel > 0
 
@@ -130,6 +131,7 @@ def test_terminate_from_the_ui_then_relaunch_resumes(tmp_path: Path, page: objec
             message="the re-executed run started",
         )
         page.screenshot(path=ARTIFACTS / "7-re-executed.png")
+        park(page)
         relaunched = up.started()["clickstream"]
         assert relaunched != run_id
 
@@ -138,7 +140,7 @@ def test_terminate_from_the_ui_then_relaunch_resumes(tmp_path: Path, page: objec
         # or two. Started over from offset 0, the position would need at_cancel more records
         # (minutes of producing) to get there.
         def first_report() -> int | None:
-            workload = up.workloads()["clickstream"]
+            workload = up.statuses()["clickstream"]
             if workload["run"]["run_id"] != relaunched or not workload["progress"]:
                 return None
             return int(sum(p["records_completed"] for p in workload["progress"]))
@@ -226,6 +228,7 @@ def workloads_in_the_ui(page: object, up: Up, url: str, workloads: Path) -> None
     expect(page.get_by_text("partition_lag").first).to_be_visible(timeout=30_000)
     expect(page.get_by_text("throughput_per_s").first).to_be_visible(timeout=30_000)
     page.screenshot(path=ARTIFACTS / "9-workload-page.png")
+    park(page)
 
     # A backlog the new workload meets at once: 40,000 clicks more than the shop's.
     produce_sample(f"127.0.0.1:{up.ports[1]}", TOPIC, 40_000, 200, key_prefix="burst")
@@ -242,17 +245,19 @@ def workloads_in_the_ui(page: object, up: Up, url: str, workloads: Path) -> None
         interval=0.5,
         message="the added workload's lag check is red while its backlog is high",
     )
-    page.goto(f"{url}/assets/workloads/added?view=checks")
+    checks = f"{url}/assets/workloads/added?view=checks"
+    page.goto(checks)
     page.get_by_text(LAG_CHECK).first.click()
     expect(page.get_by_text("Failed").first).to_be_visible(timeout=30_000)
     page.screenshot(path=ARTIFACTS / "10-lag-check-red.png")
+    park(page)
     wait_until(
         lambda: lag_check(up, "added") == "SUCCEEDED",
         timeout=180,
         interval=1,
         message="the lag check is green once the backlog drained",
     )
-    page.reload()
+    page.goto(checks)
     page.get_by_text(LAG_CHECK).first.click()
     expect(page.get_by_text("Passed").first).to_be_visible(timeout=30_000)
     page.screenshot(path=ARTIFACTS / "11-lag-check-green.png")
@@ -260,6 +265,7 @@ def workloads_in_the_ui(page: object, up: Up, url: str, workloads: Path) -> None
     expect(page.get_by_text("landed_added").first).to_be_visible(timeout=30_000)
     expect(page.get_by_text("software definition")).to_have_count(0)
     page.screenshot(path=ARTIFACTS / "12-added-landed-asset.png")
+    park(page)
 
     assert known(up, ["workloads", "added"])
     (workloads / "added.yaml").unlink()
@@ -377,6 +383,7 @@ def lake_in_the_ui(page: object, up: Up, url: str) -> None:
     assert upstream(up, "clean_clicks") == {"landed_clickstream"}
     assert upstream(up, "landed_clickstream") == {"topics/clickstream_events"}
     page.screenshot(path=ARTIFACTS / "3-asset-lineage.png")
+    park(page)
 
     # The consumer run reports the clicks it lands (the live shop's) as today's partition.
     wait_until(
@@ -403,6 +410,7 @@ def lake_in_the_ui(page: object, up: Up, url: str) -> None:
     page.keyboard.press("Enter")
     page.get_by_role("button", name="Launch backfill").click()
     wait_until(lambda: backfill(up) is not None, timeout=30, message="the backfill was created")
+    park(page)
     # Two Spark runs: on a 2-core machine shared with two other whole-platform tests, the first
     # run's step began 111 s after its run and was still in Spark at 300 s (CI, 2026-11-27).
     wait_until(

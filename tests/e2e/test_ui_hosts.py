@@ -29,7 +29,7 @@ from orchestration.workloads.host_store import MemberStatus, read_statuses
 from orchestration.workloads.names import HOST_JOB_NAME, START_JOB_NAME, STOP_JOB_NAME
 from tests.conftest import TopicFactory
 from tests.helpers import free_port, wait_until
-from tests.support.browser import chromium_page, nux_seen
+from tests.support.browser import chromium_page, nux_seen, park
 from tests.support.platform_up import REPO
 from tests.support.processes import stop_group
 
@@ -144,6 +144,7 @@ class Platform:
             interval=0.5,
             message=f"{job} for {workload} ran",
         )
+        park(page)  # the new run's page, with its live logs, is not looked at
         [run] = new()
         assert run.tags["dagster/partition"] == workload
         return run.status.value

@@ -72,10 +72,11 @@ def test_up_runs_every_workload_and_ctrl_c_stops_runs_first(tmp_path: Path) -> N
         first = up.started()
         # `lanehouse workloads` reads the instance: each workload's run, then the engine's
         # first progress report with records done (every 5 s here) and a fresh heartbeat.
+        # Polled in this process, then the command's own answer checked.
         wait_until(
             lambda: all(
                 sum(p["records_completed"] for p in w["progress"]) > 0
-                for w in up.workloads().values()
+                for w in up.statuses().values()
             ),
             timeout=90,
             interval=2,

@@ -283,10 +283,13 @@ def test_temp_data_dir_is_removed_and_pause_keeps_data() -> None:
         producer = client.create_producer(topic)
         broker.pause()
         sent = SendLog()
-        producer.send_async(b"during-outage", sent.callback(0))
-        with pytest.raises(AssertionError):  # no answer while paused
-            wait_until(lambda: sent.ok or sent.failed, 0.3)
-        broker.resume()
+        try:
+            producer.send_async(b"during-outage", sent.callback(0))
+            with pytest.raises(AssertionError):  # no answer while paused
+                wait_until(lambda: sent.ok or sent.failed, 0.3)
+        finally:  # a failure above must not leave the client to time out on a stopped broker
+            broker.resume()
+            print(f"while paused: ok={sent.ok} failed={sent.failed} ({broker.log_tail()})")
         wait_until(lambda: sent.ok, 10, message="send after resume")
         assert consumer.receive(5000).data() == b"during-outage"
     assert not broker.alive() and not broker.data_dir.exists()

@@ -43,3 +43,10 @@ def nux_seen(dagster_home: Path) -> None:
     seen = dagster_home / ".nux" / "nux.yaml"
     seen.parent.mkdir(parents=True, exist_ok=True)
     seen.write_text("seen: 1\n")
+
+
+def park(page: Any) -> None:
+    """Leave the Dagster UI for a blank page while a test waits on something else. Measured on
+    2 cores, chromium's CPU for an open page: the runs list ~9 CPU-s a minute and a sensor's
+    page ~12 (live updates), an asset's page ~3, a blank page 1.6; a page load ~2.3 CPU-s."""
+    page.goto("about:blank")

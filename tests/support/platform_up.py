@@ -5,6 +5,7 @@ terminal's Ctrl-C does and check every process it started has exited."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import json
 import os
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil  # type: ignore[import-untyped]  # no stubs installed
 
+from consumers.scaling.lag import measure_lag
 from orchestration.graphql import graphql
 from orchestration.workloads.names import CONSUMER_JOB_NAME
 from tests.helpers import free_port, wait_until
@@ -178,6 +180,27 @@ class Up:
         )
         return {w["name"]: w for w in json.loads(done.stdout)["workloads"]}
 
+    def statuses(self) -> dict[str, dict[str, Any]]:
+        """What :meth:`workloads` returns, read in this process under the same environment: for
+        polls. Each ``lanehouse`` command is a Python start that imports Dagster, ~3.5 CPU-s on
+        the busy suite's machine; the platform tests polled it a dozen times each."""
+        from unittest import mock
+
+        from dagster import DagsterInstance
+
+        from orchestration.cli.workloads import MEASURE_TIMEOUT
+        from orchestration.workloads.names import workloads_dir
+        from orchestration.workloads.status import collect_statuses, sensor_state
+
+        with (
+            mock.patch.dict(os.environ, self.env),
+            DagsterInstance.from_config(str(self.state / "dagster")) as instance,
+        ):
+            _, cursor = sensor_state(instance)
+            measure = functools.partial(measure_lag, timeout=MEASURE_TIMEOUT)
+            found = collect_statuses(instance, workloads_dir(), cursor=cursor, measure=measure)
+        return {status.name: status.model_dump(mode="json") for status in found}
+
     def permit_leases(self) -> list[dict[str, Any]]:
         """Live leases of the shared ``default`` pool (``lanehouse permits status --json``)."""
         command = [sys.executable, "-m", "orchestration.cli", "permits", "status", "--json"]
@@ -271,8 +294,8 @@ class Up:
             interval=0.5,
             message=f"run {run_id} tagged with the address it serves",
         )
-        workload = tags()["dagster/partition"]
-        port = int(tags()[HTTP_TAG].rsplit(":", 1)[1])
+        tagged = tags()
+        workload, port = tagged["dagster/partition"], int(tagged[HTTP_TAG].rsplit(":", 1)[1])
         [worker] = {listener.pid for listener in listeners(proc.pid) if listener.port == port}
         os.kill(worker, signal.SIGKILL)
         killed = time.monotonic()
@@ -293,7 +316,7 @@ class Up:
                 marks["launched"] = time.monotonic() - killed
             if not new or new[0]["status"] != "STARTED":
                 return False
-            status = self.workloads()[workload]
+            status = self.statuses()[workload]
             done = sum(p["records_completed"] or 0 for p in status["progress"])
             return bool(status["run"]["run_id"] == new[0]["runId"] and done > 0)
 
