@@ -98,7 +98,9 @@ class Platform:
         from consumers.dev.embedded.tansu import start_tansu
 
         s = self.settings
-        kafka = start_tansu(s.kafka_port)
+        # Its log with the platform's others, kept for a post-mortem (a broker's own temp dir
+        # goes when it stops, and stays behind for good when everything is killed).
+        kafka = start_tansu(s.kafka_port, log_dir=s.state / "logs")
         self.brokers.append(kafka)
         pulsar = start_pulsar_lite(s.pulsar_port, s.state / "pulsar")
         self.brokers.append(pulsar)

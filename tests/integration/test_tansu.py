@@ -147,15 +147,19 @@ def test_stop_is_clean_and_kill_is_a_crash(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "kill -9"])
-def test_broker_has_a_session_of_its_own_and_leaves_with_its_parent(how: str) -> None:
+def test_broker_has_a_session_of_its_own_and_leaves_with_its_parent(
+    how: str, tmp_path: Path
+) -> None:
     """A terminal's Ctrl-C reaches only the parent (``lanehouse up`` stops its brokers after the
     runs' final commits); the parent stops the broker at exit, or Linux does if it is killed."""
-    script = (
-        "import signal; from consumers.dev.embedded.tansu import start_tansu; "
-        "b = start_tansu(); print(b.pid, b.port, flush=True); signal.pause()"
+    script = (  # the log in pytest's temp dir: a killed parent cannot remove a dir of its own
+        "import signal, sys; from pathlib import Path; "
+        "from consumers.dev.embedded.tansu import start_tansu; "
+        "b = start_tansu(log_dir=Path(sys.argv[1])); print(b.pid, b.port, flush=True); "
+        "signal.pause()"
     )
     parent = subprocess.Popen(
-        [sys.executable, "-c", script],
+        [sys.executable, "-c", script, str(tmp_path)],
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
