@@ -35,12 +35,15 @@ system: ## apt-get install chromium and a Java runtime when missing
 # The suite runs on PYTEST_WORKERS processes, a whole test file per worker at a time (module
 # fixtures are built once), in the order tests/conftest.py gives: the longest files first; the
 # end-to-end files (tests/e2e/), each a whole platform, run one after another on one worker.
-# Most of the time goes to waiting on brokers, Dagster and Spark, so three workers fit 2 cores.
-# PYTEST_WORKERS=0 runs it in one process.
-PYTEST_WORKERS ?= 3
-test: $(STAMP) system ## run the whole suite on 3 workers (PYTEST_ARGS=..., PYTEST_WORKERS=N)
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
-	  $(PYTEST_ARGS)
+# Most of the time goes to waiting on brokers, Dagster and Spark, so four workers fit 2 cores.
+# PYTEST_WORKERS=0 runs it in one process. Python writes its bytecode caches here even where
+# the environment says not to (PYTHONDONTWRITEBYTECODE): the suite starts ~900 Python
+# processes that import the project, and each compiled it from source again (~0.25 CPU-s),
+# and each worker rewrote every test module's asserts again (~9 CPU-s).
+PYTEST_WORKERS ?= 4
+test: $(STAMP) system ## run the whole suite on 4 workers (PYTEST_ARGS=..., PYTEST_WORKERS=N)
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(PYTEST_WORKERS) \
+	  --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 demo: $(STAMP) ## lanehouse demo: 3 days of shop data end to end, reconciled
 	$(BIN)/lanehouse demo

@@ -28,6 +28,9 @@ _TIERS = ("unit", "integration", "reliability", "e2e")
 #: two or three at once on 2 cores starved each other past their waits (a CI run: a restart
 #: after ``kill -9`` not back in 180 s, a UI backfill not done in 480 s).
 _ONE_AT_A_TIME = "tests/e2e/"
+#: End-to-end files that start no ``dagster dev``: the demo runs its pipeline in one process,
+#: as heavy as a Spark integration file, so it runs beside the others.
+_E2E_IN_ONE_PROCESS = ("tests/e2e/test_demo.py",)
 
 
 #: Java options of every Spark JVM the tests start, in this process or in a platform it runs
@@ -89,9 +92,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """``make test``'s schedule (``--dist loadfile``): a whole file per worker, except that
-    ``tests/e2e/`` is one unit, so its files run one after another on one worker. (xdist's own
-    ``loadgroup`` cannot do it here: under pytest 9 its ``@group`` suffix no longer reaches the
-    node ids.)"""
+    ``tests/e2e/`` (but :data:`_E2E_IN_ONE_PROCESS`) is one unit, so its files run one after
+    another on one worker. (xdist's own ``loadgroup`` cannot do it here: under pytest 9 its
+    ``@group`` suffix no longer reaches the node ids.)"""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]
@@ -99,7 +102,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     class FilesOrE2e(LoadFileScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return _ONE_AT_A_TIME if path.startswith(_ONE_AT_A_TIME) else path
+            if path.startswith(_ONE_AT_A_TIME) and path not in _E2E_IN_ONE_PROCESS:
+                return _ONE_AT_A_TIME
+            return path
 
     return FilesOrE2e(config, log)
 
