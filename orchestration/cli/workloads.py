@@ -83,9 +83,10 @@ def _instance(state_dir: Path | None) -> DagsterInstance:
     return DagsterInstance.from_config(str(home.resolve()))
 
 
-def _collect(
+def collect(
     state_dir: Path | None, specs: Path | None, names: list[str] | None
 ) -> tuple[list[WorkloadStatus], str | None]:
+    """What ``workloads list`` and ``show`` print: each workload's status, and the sensor's."""
     from consumers.scaling.lag import measure_lag
     from orchestration.workloads.status import collect_statuses, sensor_state
 
@@ -139,7 +140,7 @@ def workloads_list(
     state_dir: StateOption = None, specs: SpecsOption = None, as_json: _JsonOption = False
 ) -> None:
     """One line per workload: phase, current run, throughput and lag as last reported."""
-    statuses, sensor = _collect(state_dir, specs, None)
+    statuses, sensor = collect(state_dir, specs, None)
     if as_json:
         _dump(statuses, sensor)
         return
@@ -197,7 +198,7 @@ def workloads_status(
     as_json: _JsonOption = False,
 ) -> None:
     """One workload in detail: spec, phase, recent runs, and per-topic progress."""
-    statuses, sensor = _collect(state_dir, specs, [name])
+    statuses, sensor = collect(state_dir, specs, [name])
     if not statuses:
         print_error(f"no workload named {name!r} (spec or runs)")
         raise typer.Exit(2)

@@ -5,7 +5,6 @@ terminal's Ctrl-C does and check every process it started has exited."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import ipaddress
 import json
 import os
@@ -22,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 import psutil  # type: ignore[import-untyped]  # no stubs installed
 
-from consumers.scaling.lag import measure_lag
 from orchestration.graphql import graphql
 from orchestration.workloads.names import CONSUMER_JOB_NAME
 from tests.helpers import free_port, wait_until
@@ -186,19 +184,10 @@ class Up:
         the busy suite's machine; the platform tests polled it a dozen times each."""
         from unittest import mock
 
-        from dagster import DagsterInstance
+        from orchestration.cli.workloads import collect
 
-        from orchestration.cli.workloads import MEASURE_TIMEOUT
-        from orchestration.workloads.names import workloads_dir
-        from orchestration.workloads.status import collect_statuses, sensor_state
-
-        with (
-            mock.patch.dict(os.environ, self.env),
-            DagsterInstance.from_config(str(self.state / "dagster")) as instance,
-        ):
-            _, cursor = sensor_state(instance)
-            measure = functools.partial(measure_lag, timeout=MEASURE_TIMEOUT)
-            found = collect_statuses(instance, workloads_dir(), cursor=cursor, measure=measure)
+        with mock.patch.dict(os.environ, self.env):
+            found, _ = collect(self.state, None, None)
         return {status.name: status.model_dump(mode="json") for status in found}
 
     def permit_leases(self) -> list[dict[str, Any]]:
