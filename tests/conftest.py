@@ -74,8 +74,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     starts no process, so it is ``unit`` wherever it lives (unless its module says otherwise:
     the process executor's cases start worker processes).
 
-    Then the longest files run first (end-to-end, reliability, integration, unit), so parallel
-    workers (``make test``) do not end on one long file while the others idle."""
+    Then the longest files run first (end-to-end, reliability, ``slow``, integration, unit), so
+    parallel workers (``make test``) do not end on one long file while the others idle: mark a
+    file ``slow`` once it takes a minute or so (``test_replica_runs``, 113 s, started last among
+    the integration files and ended the suite 40 s after the other workers)."""
     for item in items:
         callspec = getattr(item, "callspec", None)
         chosen = {callspec.params.get(n) for n in ("backend", "kafka_backend")} if callspec else ()

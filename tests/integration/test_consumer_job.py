@@ -55,7 +55,7 @@ from tests.landing import landed, landing_count_safe, produce_days
 from tests.support import job_handlers
 from tests.support.processes import source_yaml
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PARTITIONS = 4
 RECORDS = 8000

@@ -25,7 +25,7 @@ from tests import executor_handlers as h
 from tests.backends import Backend, MemoryBackend, Stored, keyed_stream
 from tests.helpers import until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 EXECUTORS = ["auto", "thread", "process"]
 FAST_RETRY = RetryPolicy(max_attempts=3, backoff=0.01, jitter=False)

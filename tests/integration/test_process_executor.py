@@ -37,7 +37,7 @@ from tests.support.processes import (
     write_spec,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 FAST_RETRY = RetryPolicy(max_attempts=3, backoff=0.01, jitter=False)
 

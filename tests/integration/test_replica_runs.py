@@ -52,7 +52,7 @@ from tests.support.fleet_recording import (
 from tests.support.processes import REPO, write_spec
 from tests.support.sensor_platform import apply_partition_requests, daemon_context
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 
 PARTITIONS = 6
 KEYS = 300

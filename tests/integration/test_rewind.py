@@ -27,7 +27,7 @@ from spark_jobs import LANDED_SCHEMA
 from spark_jobs.cleaning import clean_clicks
 from tests.landing import landed, produce_days
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 #: Values the handler saw, in the order it saw them (the engine runs in this process).
 HANDLED: list[int] = []
