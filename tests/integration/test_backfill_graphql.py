@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from dagster import AssetKey, DagsterInstance, instance_for_test
 from dagster._core.workspace.context import WorkspaceRequestContext
-from dagster_graphql.test.utils import define_out_of_process_context, execute_dagster_graphql
 
 from orchestration.lake.runs import SPARK_RUN_TAG
 from orchestration.shop.backfill import BACKFILL_MUTATION, backfill_variables
@@ -27,6 +26,9 @@ WORKSPACE = Path(__file__).resolve().parents[2] / "workspace.yaml"
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[DagsterInstance, WorkspaceRequestContext]]:
     """One code server for the module: it takes seconds to load the definitions."""
+    # Imported here: it costs every xdist worker ~1.5 s of collection at module level.
+    from dagster_graphql.test.utils import define_out_of_process_context
+
     with (
         instance_for_test() as instance,
         define_out_of_process_context(str(WORKSPACE), None, instance) as context,
@@ -37,6 +39,8 @@ def server() -> Iterator[tuple[DagsterInstance, WorkspaceRequestContext]]:
 def test_the_backfill_mutation_creates_one_asset_backfill_over_the_range(
     server: tuple[DagsterInstance, WorkspaceRequestContext],
 ) -> None:
+    from dagster_graphql.test.utils import execute_dagster_graphql
+
     instance, context = server
     assets = ["clean_clicks", "click_quarantine", "click_duplicates", "sessions"]
     days = [date(2026, 3, 1), date(2026, 3, 2), date(2026, 3, 3)]
@@ -59,6 +63,8 @@ def test_the_backfill_mutation_creates_one_asset_backfill_over_the_range(
 def test_an_unknown_asset_is_refused_by_the_server(
     server: tuple[DagsterInstance, WorkspaceRequestContext],
 ) -> None:
+    from dagster_graphql.test.utils import execute_dagster_graphql
+
     _, context = server
     variables = backfill_variables(["nope"], [date(2026, 3, 1)])
     result = execute_dagster_graphql(context, BACKFILL_MUTATION, variables)

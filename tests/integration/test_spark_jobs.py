@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
-from pyspark.testing import assertSchemaEqual
 
 from consumers import SourceIdentity
 from consumers.landing.files import LandedRow, landed_path, write_landed
@@ -182,6 +181,8 @@ def test_outputs_have_the_declared_schemas(dirty: Cleaned) -> None:
         (daily_revenue(dirty.orders.clean, dirty.sessions), REVENUE_SCHEMA),
         (reconcile(dirty.landed, dirty.clicks), RECONCILIATION_SCHEMA),
     ]
+    from pyspark.testing import assertSchemaEqual  # pulls pandas in: not at collection
+
     for frame, schema in pairs:
         assertSchemaEqual(frame.schema, schema, ignoreNullable=True)
 
