@@ -207,7 +207,6 @@ class FirstCommitsFail(MemoryConsumer):
         super().__init__(broker, "g", on_commit)
         self.healthy = threading.Event()
         self.failures = 0
-        self._report = on_commit
         self._failed_now = False
 
     def commit(self, offsets: list[CommitOffset], asynchronous: bool = True) -> None:
@@ -220,7 +219,8 @@ class FirstCommitsFail(MemoryConsumer):
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[PlainMessage]:
         if self._failed_now:
             self._failed_now = False
-            self._report("commit failed: KafkaError{code=NOT_COORDINATOR}")
+            assert self._on_commit is not None
+            self._on_commit("commit failed: KafkaError{code=NOT_COORDINATOR}")
         return super().consume(num_messages, timeout)
 
 
@@ -233,7 +233,7 @@ def test_a_failed_commit_is_sent_again_though_nothing_new_arrives() -> None:
     broker.create_topic("events", 1)
     for i in range(50):
         broker.produce("events", b"v", b"k%d" % (i % 5))
-    handled: list[int] = []
+    handled: list[Record] = []
     consumers: list[FirstCommitsFail] = []
 
     def factory(on_commit: CommitResult) -> FirstCommitsFail:
