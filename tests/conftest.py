@@ -33,6 +33,15 @@ _ONE_AT_A_TIME = "tests/e2e/"
 #: platform beside the chain's one fits (the chain was the suite's critical path: 975 s of
 #: 1,006 on a clean clone, 2026-11-28).
 _BESIDE_THE_CHAIN = ("tests/e2e/test_demo.py", "tests/e2e/test_new_project.py")
+#: The files whose tests use the in-process Spark session (the ``spark`` fixture) run on one
+#: worker, so one JVM serves them all: a JVM's start and its first jobs' compiling are most of a
+#: small job's CPU. Measured alone on 2 cores, the three files in one process took 249 CPU-s
+#: against 292 in three. Collection fails if a file uses ``spark`` and is not listed here.
+_ONE_SPARK_SESSION = (
+    "tests/integration/test_lake_assets.py",
+    "tests/integration/test_rewind.py",
+    "tests/integration/test_spark_jobs.py",
+)
 
 
 #: Java options of every Spark JVM the tests start, in this process or in a platform it runs
@@ -91,26 +100,42 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     files: dict[Path, int] = {}
     for item in items:
         files[item.path] = min(files.get(item.path, 4), _rank(item))
+    _check_spark_files(items)
     items.sort(key=lambda item: files[item.path])  # stable: a file stays whole, in its order
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """``make test``'s schedule (``--dist loadfile``): a whole file per worker, except that
     ``tests/e2e/`` (but :data:`_BESIDE_THE_CHAIN`) is one unit, so its files run one after
-    another on one worker. (xdist's own ``loadgroup`` cannot do it here: under pytest 9 its
+    another on one worker, and the files of :data:`_ONE_SPARK_SESSION` are another. (xdist's own ``loadgroup`` cannot do it here: under pytest 9 its
     ``@group`` suffix no longer reaches the node ids.)"""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]
 
-    class FilesOrE2e(LoadFileScheduling):  # type: ignore[misc]
+    class FilesOrChains(LoadFileScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
             if path.startswith(_ONE_AT_A_TIME) and path not in _BESIDE_THE_CHAIN:
                 return _ONE_AT_A_TIME
+            if path in _ONE_SPARK_SESSION:
+                return "spark"
             return path
 
-    return FilesOrE2e(config, log)
+    return FilesOrChains(config, log)
+
+
+def _check_spark_files(items: list[pytest.Item]) -> None:
+    """Every file with a test that uses the ``spark`` fixture is in :data:`_ONE_SPARK_SESSION`
+    (else its worker would start a JVM of its own)."""
+    root = Path(__file__).resolve().parent.parent
+    using = {
+        item.path.resolve().relative_to(root).as_posix()
+        for item in items
+        if "spark" in getattr(item, "fixturenames", ())
+    }
+    if missing := sorted(using - set(_ONE_SPARK_SESSION)):
+        raise pytest.UsageError(f"add {missing} to _ONE_SPARK_SESSION in tests/conftest.py")
 
 
 def _rank(item: pytest.Item) -> int:
