@@ -34,8 +34,10 @@ system: ## apt-get install chromium and a Java runtime when missing
 
 # The suite runs on PYTEST_WORKERS processes, a whole test file per worker at a time (module
 # fixtures are built once), in the order tests/conftest.py gives: the longest files first; the
-# end-to-end files (tests/e2e/), each a whole platform, run one after another on one worker.
-# Most of the time goes to waiting on brokers, Dagster and Spark, so four workers fit 2 cores.
+# end-to-end files (tests/e2e/), each a whole platform, run one after another on one worker,
+# and the files that use the in-process Spark session share another (one JVM).
+# Most of the time goes to waiting on brokers, Dagster and Spark, so four workers fit 2 cores
+# (five kept the machine 95% busy and took longer: 15:14 against 14:33, 2026-11-28).
 # PYTEST_WORKERS=0 runs it in one process. Python writes its bytecode caches here even where
 # the environment says not to (PYTHONDONTWRITEBYTECODE): the suite starts ~900 Python
 # processes that import the project, each of which compiled it from source again (~0.25 CPU-s),
