@@ -6,8 +6,10 @@ import itertools
 import os
 import re
 import signal
+import sys
 import threading
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
@@ -107,8 +109,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """``make test``'s schedule (``--dist loadfile``): a whole file per worker, except that
     ``tests/e2e/`` (but :data:`_BESIDE_THE_CHAIN`) is one unit, so its files run one after
-    another on one worker, and the files of :data:`_ONE_SPARK_SESSION` are another. (xdist's own ``loadgroup`` cannot do it here: under pytest 9 its
-    ``@group`` suffix no longer reaches the node ids.)"""
+    another on one worker, and the files of :data:`_ONE_SPARK_SESSION` are another. (xdist's
+    own ``loadgroup`` cannot do it here: under pytest 9 its ``@group`` suffix no longer reaches
+    the node ids.)"""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]
@@ -183,6 +186,26 @@ def _platform_settings_from_env() -> Iterator[None]:
 
     yield
     settings.reset()
+
+
+@pytest.fixture(autouse=True)
+def _no_disposed_dagster_instance_is_current(request: pytest.FixtureRequest) -> None:
+    """Dagster keeps the storage of the instance a ``with DagsterInstance`` entered in a context
+    variable (read when definitions load) and, on exit, puts back whatever was there when it
+    entered. Instances entered and left out of order in one process (a module fixture's around a
+    context object that enters an ephemeral one and leaves it when garbage-collected) can put
+    back a disposed instance's storage; the next in-process ``Definitions`` load then fails with
+    "Attempted to resolve undefined DagsterInstance weakref" (seen once, in a later file on the
+    same worker, 2026-11-28). So no test starts with one: it is cleared, with a warning."""
+    base = sys.modules.get("dagster._core.storage.defs_state.base")
+    storage = base._current_storage.get() if base is not None else None
+    ref = getattr(storage, "_instance_weakref", None)
+    if base is not None and ref is not None and ref() is None:
+        base._current_storage.set(None)
+        warnings.warn(
+            f"a disposed Dagster instance was current when {request.node.nodeid} started: cleared",
+            stacklevel=1,
+        )
 
 
 @pytest.fixture(autouse=True)
