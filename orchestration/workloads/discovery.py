@@ -67,7 +67,7 @@ from orchestration.workloads.discovery_model import (
 )
 from orchestration.workloads.heartbeat import read_heartbeats
 from orchestration.workloads.host_job import HOST_PARTITIONS, host_job
-from orchestration.workloads.host_store import read_stopped, write_members
+from orchestration.workloads.host_store import read_statuses, read_stopped, write_members
 from orchestration.workloads.hosts import decide_hosts, plan_hosts
 from orchestration.workloads.job import consumer_job
 from orchestration.workloads.names import (
@@ -195,13 +195,8 @@ def _evaluate(
     changed = watch.members_changed(plan.members)
     write_members(instance, changed)
     watch.members_written(changed)
-    hosts = decide_hosts(
-        plan.members,
-        state.hosts,
-        collect_host_runs(instance, state.hosts, state.watermark),
-        now,
-        policy,
-    )
+    host_runs = collect_host_runs(instance, state.hosts, state.watermark)
+    hosts = decide_hosts(plan.members, state.hosts, host_runs, now, policy)
     for abandoned in (*decision.abandons, *hosts.abandons):
         abandon(instance, context.log, abandoned)
     for cancel in (*decision.cancels, *hosts.cancels):
@@ -258,7 +253,21 @@ def _evaluate(
         )
     # A hosted workload is in its host's phase: running while its host runs.
     hosted = {name: hosts.phases.get(host, "starting") for name, host in plan.placement.items()}
-    phases = {**decision.phases, **hosted, **dict.fromkeys(stopped, "stopped by a person")}
+    # A person's stop of a hosted workload: "stopping" while its host run, still going, drains
+    # it, so the page's still figures come after the host's last report of it (else they stood
+    # behind it for a refresh interval, ~60 s).
+    live = {run.run_id for run in host_runs if run.active}
+    draining = {
+        name
+        for name, member in read_statuses(instance, stopped).items()
+        if member.state == "running" and member.run_id in live
+    }
+    phases = {
+        **decision.phases,
+        **hosted,
+        **dict.fromkeys(stopped - draining, "stopped by a person"),
+        **dict.fromkeys(draining, "stopping"),
+    }
     update = {
         "watermark": watermark,
         "scale": scaling.states,

@@ -196,8 +196,8 @@ def test_stop_and_start_one_workload_of_a_host_from_the_ui(platform: Platform, p
         platform.produce("beta", 50)
         wait_until(lambda: platform.committed("beta") == 150, timeout=60, interval=0.5)
         assert platform.committed("alpha") == 100
-        # The host's last report of alpha says "stopping"; the sensor's next look at a still
-        # workload (its lag, from the broker) says why it stands.
+        # The host's last report of alpha says "stopping"; once the host dropped it, the
+        # sensor's look at a still workload (its lag, from the broker) says why it stands.
         wait_until(
             lambda: platform.newest_status("alpha") == "stopped by a person",
             timeout=120,

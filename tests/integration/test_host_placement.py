@@ -180,6 +180,33 @@ def test_a_person_stops_and_starts_one_workload_wherever_it_runs(
     assert len(own_runs(instance)) == 2 and own_runs(instance)[0].status == S.STARTED
 
 
+def test_a_hosted_workload_stopped_by_a_person_is_stopping_until_its_host_drained_it(
+    instance: DagsterInstance, directory: Path
+) -> None:
+    """The host's last report of a workload it drains says "stopping": the sensor's figures of
+    the stopped workload (the broker's lag) must come after it, not before."""
+    platform = Platform(instance, directory, host_budget=5)
+    for name in ("a", "b"):
+        platform.write(name)
+    platform.tick()
+    [host] = host_runs(instance)
+    running = MemberStatus(host="host.0", run_id=host.run_id, state="running")
+    write_status(instance, "a", running)
+    assert stop_workload_job.execute_in_process(partition_key="a", instance=instance).success
+    platform.now += 10
+    platform.tick()
+    assert members(platform, "host.0") == {"b"}
+    assert platform.status("a") == "stopping"  # the host has not dropped it yet
+    platform.now += 2
+    platform.tick()
+    assert platform.status("a") == "stopping"
+    write_status(instance, "a", running.model_copy(update={"state": "stopped"}))
+    platform.now += 2
+    platform.tick()
+    assert platform.status("a") == "stopped by a person"
+    assert platform.observed("a", "lag_from")["lag_from"] == "broker"
+
+
 def test_lanehouse_workloads_shows_a_hosted_workload_as_its_host_reports_it(
     instance: DagsterInstance, directory: Path
 ) -> None:
