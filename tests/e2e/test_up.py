@@ -1,5 +1,5 @@
 """``lanehouse up`` for real, one platform from a clean state dir through three tests, in
-order (a platform's start costs a minute of the suite's two cores, so the tests share one):
+order (a platform takes 22 s to start alone, ~40 s in the suite, so the tests share one):
 
 1. Brokers, producers and ``dagster dev`` come up; the discovery sensor starts a consumer run per
    workload; ``lanehouse workloads`` shows their progress and heartbeats; both lease from the one
