@@ -16,7 +16,7 @@ import json
 import time
 import uuid
 
-from consumers.backends.base import MessageLike
+from consumers import MessageLike
 from consumers.backends.pulsar.client import PulsarSettings
 from consumers.backends.pulsar.consumer import PulsarConsumer
 from consumers.dev.embedded.pulsar import start_pulsar_lite
