@@ -245,6 +245,25 @@ def test_producer_maps_keys_headers_and_tombstones_and_refuses_binary_ones(
     assert (tombstone.key, tombstone.value) == (b"k4", None), "a null value arrived as data"
 
 
+def test_source_tells_a_null_value_from_an_empty_one(backend: PulsarBackend) -> None:
+    """The source asks the client about a null value only when the data is empty: an empty
+    value must stay ``b""``, a null one ``None``, and a value with data its data."""
+    topic = backend.make_topic(1)
+    producer = PulsarProducer(backend.broker.url, {})
+    try:
+        for value in (b"v", b"", None):
+            producer.produce(topic, value, b"k")
+        assert producer.flush(10) == 0
+    finally:
+        producer.close()
+    consumer = held_consumer(backend, topic, "g-null")
+    try:
+        values = [msg.value() for msg in consume_exactly(consumer, 3)]
+    finally:
+        consumer.close()
+    assert values == [b"v", b"", None]
+
+
 def test_kill_9_mid_run_then_restart_loses_nothing(tmp_path: Path) -> None:
     """The broker is restarted between the two runs (same data dir, same port): pulsar-lite
     keeps a consumer whose connection ended in a reset registered, and then refuses every new
