@@ -82,7 +82,7 @@ class HandlerCaller:
             )
         elif not self._async:
             timed = self.gate.threaded if self.gate is not None else None
-            self._pool = ThreadExecutor(handler, max_threads, f"lh-{name}", timed)
+            self._pool = ThreadExecutor(handler, max_threads, name, timed)
 
     def call(
         self, worker: Worker, rec: Record

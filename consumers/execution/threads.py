@@ -18,11 +18,18 @@ and its partition's commits forever). The record's failure is then settled witho
 dead-lettered), the stuck thread no longer counts among the pool's threads, so a new one may
 start in its place, and it stays counted in ``abandoned`` until it returns. Its late effects are
 out of order; ``executor: process`` kills a worker instead.
+
+Threads of one interpreter stop scaling near :data:`CROWDED` waiting calls at once: each
+wake-up needs the GIL, and its waiters time out and ask for it every switch interval, so the
+more threads wait, the more each wake-up costs (1,000 threads that only sleep 20 ms reach 0.18
+to 0.46 of their rate here, 300 reach 0.94 to 0.98; ``bench/thread_floor.py``). The pool says
+so, once, when it starts its ``CROWDED``-th thread, and says what to do instead.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections import deque
@@ -32,6 +39,11 @@ from typing import Any
 
 from consumers.clock import first_of
 from consumers.execution.executors import Handler
+
+log = logging.getLogger("lanehouse.engine")
+
+#: Threads of one pool past which waiting calls stop scaling (see the module doc).
+CROWDED = 300
 
 
 class ThreadCall:
@@ -58,12 +70,13 @@ class ThreadExecutor:
         self,
         handler: Handler,
         max_threads: int,
-        name: str,
+        workload: str,
         timed: Callable[[float], None] | None = None,
     ) -> None:
         self._handler = handler
         self._max = max_threads
-        self._name = name
+        self._workload = workload
+        self._name = f"lh-{workload}"
         self._timed = timed
         self._loop = asyncio.get_running_loop()
         self._queue: SimpleQueue[ThreadCall | None] = SimpleQueue()
@@ -86,6 +99,17 @@ class ThreadExecutor:
             )
             self._threads.append(thread)
             thread.start()
+            if len(self._threads) == CROWDED:
+                log.warning(
+                    "workload %s: %d threads run its plain def handler at once; threads of one "
+                    "interpreter stop scaling near this many (every wake-up waits for the GIL). "
+                    "For more calls waiting at once, write the handler async def, or run "
+                    "replicas with a concurrency of at most %d each "
+                    "(docs/configuration.md, 'Which executor')",
+                    self._workload,
+                    CROWDED,
+                    CROWDED,
+                )
         self._queue.put(call)
         return call
 
