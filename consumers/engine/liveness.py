@@ -30,6 +30,11 @@ log = logging.getLogger("lanehouse.source")
 
 #: Seconds without progress before a partition with records behind it is recovered.
 DEFAULT_STALL_AFTER = 30.0
+#: Empty polls for this long make a client idle: it is then polled for one record at a time.
+IDLE_AFTER_SECONDS = 0.25
+#: An idle client's poll: it returns with the first record, else after this long (the loop's
+#: commands wait as long: how late an idle workload may commit or stop).
+IDLE_POLL_SECONDS = 0.5
 
 
 class ClientPauses:
@@ -81,7 +86,8 @@ class QuietPolls:
     4,752 records unread, uncommitted for the next run). So only a span of consecutive empty
     polls counts, and none while an assigned partition is paused at the client.
 
-    Written by the source thread (one tuple, replaced whole), read by the loop."""
+    Written by the source thread (one tuple, replaced whole), read by the loop and by the
+    source thread itself, which polls an idle client differently."""
 
     def __init__(self) -> None:
         self._span: tuple[float, float] | None = None
@@ -91,6 +97,17 @@ class QuietPolls:
         assigned was paused at the client."""
         span = self._span
         self._span = None if not empty else (span[0] if span else started, ended)
+
+    def next_poll(self, batch: int, timeout: float) -> tuple[int, float]:
+        """How many records the source asks its next poll for, and how long it waits: once the
+        polls have been empty for :data:`IDLE_AFTER_SECONDS`, one record and
+        :data:`IDLE_POLL_SECONDS`. librdkafka's batch poll waits out its timeout unless the
+        batch fills, so 50 ms batch polls woke an idle workload 20 times a second and held its
+        first record 50 ms; a poll for one record returns with it."""
+        span = self._span
+        if span is not None and span[1] - span[0] >= IDLE_AFTER_SECONDS:
+            return 1, IDLE_POLL_SECONDS
+        return batch, timeout
 
     def quiet_for(self, since: float) -> float:
         """Seconds of empty polls after ``since`` (a time on the source's clock)."""
