@@ -15,11 +15,11 @@ the loop thread reads :meth:`stalled_for` for reports, a plain dict read.
 from __future__ import annotations
 
 import logging
-from collections.abc import Container, Mapping
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
-from consumers.backends.base import ConsumerLike, PartitionKey
+from consumers.backends.base import ConsumerLike, MessageLike, PartitionKey
 from consumers.clock import Clock, RealClock
 from consumers.errors import BrokerError
 
@@ -98,16 +98,37 @@ class QuietPolls:
         span = self._span
         self._span = None if not empty else (span[0] if span else started, ended)
 
-    def next_poll(self, batch: int, timeout: float) -> tuple[int, float]:
-        """How many records the source asks its next poll for, and how long it waits: once the
-        polls have been empty for :data:`IDLE_AFTER_SECONDS`, one record and
+    def poll(
+        self,
+        consumer: ConsumerLike,
+        batch: int,
+        timeout: float,
+        assigned: Mapping[PartitionKey, Any],
+    ) -> Sequence[MessageLike]:
+        """The source's poll: a batch of up to ``batch`` records in ``timeout``; once the polls
+        have been empty for :data:`IDLE_AFTER_SECONDS`, first one record in
         :data:`IDLE_POLL_SECONDS`. librdkafka's batch poll waits out its timeout unless the
-        batch fills, so 50 ms batch polls woke an idle workload 20 times a second and held its
-        first record 50 ms; a poll for one record returns with it."""
+        batch fills, so 50 ms batch polls woke an idle workload 20 times a second.
+
+        A record that wakes it is followed by a batch poll and posted with it: a first batch
+        holds what arrives with it, as before (a crash's suspect window ends when its lane
+        empties, and a lone first record ended it early). If that poll ended the record's
+        assignment (``assigned``: the source's partitions by key), the record is dropped: its
+        revoke is already posted, and whoever is assigned it next reads from the committed
+        position, which only a holder that handled the record can have moved past it."""
         span = self._span
-        if span is not None and span[1] - span[0] >= IDLE_AFTER_SECONDS:
-            return 1, IDLE_POLL_SECONDS
-        return batch, timeout
+        if span is None or span[1] - span[0] < IDLE_AFTER_SECONDS:
+            return consumer.consume(batch, timeout)
+        woken = list(consumer.consume(1, IDLE_POLL_SECONDS))
+        if not woken:
+            return woken
+        key = cast(PartitionKey, (woken[0].topic(), woken[0].partition()))
+        held = assigned.get(key)
+        rest = consumer.consume(batch - 1, timeout)
+        if assigned.get(key) is not held:
+            return rest
+        woken.extend(rest)
+        return woken
 
     def quiet_for(self, since: float) -> float:
         """Seconds of empty polls after ``since`` (a time on the source's clock)."""

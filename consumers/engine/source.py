@@ -9,7 +9,7 @@ executes the loop's commands (commit, pause, resume) between polls, and runs the
               → synchronous commit of their watermark → return to librdkafka
 
 Backpressure never blocks this thread: full partitions are *paused* and it keeps polling (an
-idle client one record at a time: :meth:`QuietPolls.next_poll`). Only the hand-off to the loop
+idle client one record at a time: :meth:`QuietPolls.poll`). Only the hand-off to the loop
 is bounded (a couple of batches), waited on in short slices so commands and callbacks flow.
 
 Topics deleted or recreated under the workload are fenced by an
@@ -177,7 +177,7 @@ class SourceThread:
                     self._handed.clear()
                     continue
                 started = now()
-                messages = consumer.consume(*self.quiet.next_poll(self._batch_size, poll_timeout))
+                messages = self.quiet.poll(consumer, self._batch_size, poll_timeout, self.assigned)
                 paused = self._pauses.after_poll(consumer, self.assigned)
                 self.quiet.polled(started, ended := now(), not (messages or paused))
                 if messages and self._intake_open:
