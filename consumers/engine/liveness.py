@@ -9,7 +9,8 @@ progress is kept apart from the recoveries, so a partition that no recovery help
 growing stall (the workload's pinned check turns red on it).
 
 The watch is fed by the source thread only (it owns the client's positions and pause state);
-the loop thread reads :meth:`stalled_for` for reports, a plain dict read.
+the loop thread reads :meth:`stalled_for` for reports, a plain dict read. :class:`QuietPolls`
+keeps the client's own evidence of idleness, and decides how an idle client is polled.
 """
 
 from __future__ import annotations
