@@ -1,6 +1,7 @@
 """Host runs at scale under the real Dagster daemon and code server (#32's figures).
 
     python -m bench.hosts [--idle 200] [--budget 50] [--busy-records 500000]
+        [--busy-own] [--idle-fetch-wait 500]
 
 One embedded Tansu, ``dagster dev`` on a fresh instance and LANEHOUSE_HOST_WORKLOADS=budget:
 
@@ -51,17 +52,21 @@ ROOT = Path(__file__).resolve().parent.parent
 TRICKLE_SECONDS = 5.0
 
 
-#: The idle workloads' client settings: librdkafka's fetch defaults (the broker holds an empty
-#: fetch for up to 500 ms) and the demo's faster group joins. With the tests' 10 ms fetches
-#: (TEST_CLIENT_CONFIG), 20 idle consumers cost Tansu 66% of a core against 4.7% with these,
-#: and 200 of them saturate this machine with empty fetches.
+#: The idle workloads' client settings: the demo's faster group joins, and ``fetch.wait.max.ms``
+#: from ``--idle-fetch-wait`` (librdkafka's default is 500 ms: how long the broker may hold an
+#: empty fetch). With the tests' 10 ms fetches (TEST_CLIENT_CONFIG), 20 idle consumers cost
+#: Tansu 66% of a core against 4.7% with 500 ms, and 200 of them saturate this machine.
 IDLE_CLIENT_CONFIG = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1500}
 
 
-def spec(name: str, bootstrap: str, busy: bool = False, own: bool = False) -> str:
+def spec(
+    name: str, bootstrap: str, busy: bool = False, own: bool = False, fetch_wait: int = 500
+) -> str:
     """``busy``: the tests' client settings and 100 ms commits, so its last commit times its
     last record; ``own``: a run of its own (``run: own``)."""
-    settings = TEST_CLIENT_CONFIG if busy else IDLE_CLIENT_CONFIG
+    settings = (
+        TEST_CLIENT_CONFIG if busy else {**IDLE_CLIENT_CONFIG, "fetch.wait.max.ms": fetch_wait}
+    )
     config = "".join(f"    {k}: {v}\n" for k, v in settings.items())
     return (
         f"name: {name}\nsource:\n  kind: kafka\n  bootstrap_servers: {bootstrap}\n"
@@ -246,7 +251,11 @@ def main() -> None:
     parser.add_argument("--busy-records", type=int, default=500_000)
     parser.add_argument("--port", type=int, default=3399)
     parser.add_argument("--busy-own", action="store_true", help="busy gets a run of its own")
+    parser.add_argument(
+        "--idle-fetch-wait", type=int, default=500, help="the idle workloads' fetch.wait.max.ms"
+    )
     args = parser.parse_args()
+    wait_ms = args.idle_fetch_wait
     work = Path(tempfile.mkdtemp(prefix="lh-hosts-"))
     specs = work / "workloads"
     specs.mkdir()
@@ -267,6 +276,7 @@ def main() -> None:
         "idle": args.idle,
         "budget": args.budget,
         "busy_own": args.busy_own,
+        "idle_fetch_wait_ms": args.idle_fetch_wait,
     }
     create_topic(bootstrap, "busy", 4)
     (specs / "busy.yaml").write_text(spec("busy", bootstrap, busy=True, own=args.busy_own))
@@ -296,7 +306,7 @@ def main() -> None:
         trickle.topics = list(idle)
         trickle.start()
         for name in idle:
-            (specs / f"{name}.yaml").write_text(spec(name, bootstrap))
+            (specs / f"{name}.yaml").write_text(spec(name, bootstrap, fetch_wait=wait_ms))
 
         def all_consuming(names: list[str]) -> bool:
             return all(n > 0 for n in committed(bootstrap, names, 2).values())
@@ -333,7 +343,7 @@ def main() -> None:
         for name in gone:
             (specs / f"{name}.yaml").unlink()
         for name in new:
-            (specs / f"{name}.yaml").write_text(spec(name, bootstrap))
+            (specs / f"{name}.yaml").write_text(spec(name, bootstrap, fetch_wait=wait_ms))
         result["swap"] = quarter
         result["new_consuming_s"] = round(
             wait(lambda: all_consuming(new), 600, "every new workload", 5.0), 1

@@ -119,7 +119,8 @@ class ConsumerLike(Protocol):
     ) -> None: ...
 
     def consume(self, num_messages: int, timeout: float) -> Sequence[MessageLike]:
-        """Up to ``num_messages``, waiting at most ``timeout`` seconds for the first."""
+        """Up to ``num_messages``, waiting at most ``timeout`` seconds. librdkafka waits out the
+        timeout unless ``num_messages`` arrive; asked for one, every client returns with it."""
         ...
 
     def commit(self, offsets: list[CommitOffset], asynchronous: bool) -> None:
