@@ -172,21 +172,21 @@ class SourceThread:
                 if watch is not None and watch.replaced and self._intake_open:
                     self._intake_open = False  # the runner's stop drains what was taken
                     self._loop.call_soon_threadsafe(set_exception, self.failed, watch.error())
-                if self._posted - self._ingested >= MAX_HANDOFF_BATCHES:
+                held = self._posted - self._ingested >= MAX_HANDOFF_BATCHES
+                if now() >= next_watermarks:  # held too: ends a report reads must not go stale
+                    self._refresh_watermarks(consumer, held)
+                    next_watermarks = now() + WATERMARK_REFRESH_SECONDS
+                if held:
                     self._handed.wait(self._poll_timeout)
                     self._handed.clear()
                     continue
                 started = now()
                 messages = self.quiet.poll(consumer, self._batch_size, poll_timeout, self.assigned)
                 paused = self._pauses.after_poll(consumer, self.assigned)
-                self.quiet.polled(started, ended := now(), not (messages or paused))
+                self.quiet.polled(started, now(), not (messages or paused))
                 if messages and self._intake_open:
                     self._posted += 1
                     self._post(("batch", messages))
-                if ended >= next_watermarks:
-                    held = self._posted - self._ingested >= MAX_HANDOFF_BATCHES
-                    self._refresh_watermarks(consumer, held)
-                    next_watermarks = now() + WATERMARK_REFRESH_SECONDS
         except BaseException as exc:
             log.exception("workload %s: source thread failed", self.name)
             if self._watch is not None:

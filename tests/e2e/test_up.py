@@ -290,6 +290,7 @@ def test_ctrl_c_stops_runs_first_and_the_next_up_starts_them_again_even_after_a_
     platform: Platform,
 ) -> None:
     up = platform.up
+    up.wait_settled()  # the browser test's scaling may still be stopping or starting runs
     first = up.started()  # by workload (a replica's run stands for its workload)
     stopped = up.stop(platform.proc)  # a terminal's Ctrl-C: SIGINT to the whole process group
     print(f"\nCtrl-C: {stopped}")
@@ -309,7 +310,8 @@ def test_ctrl_c_stops_runs_first_and_the_next_up_starts_them_again_even_after_a_
     assert "could not stop the discovery sensor" not in log
     # With everything down the command still answers, from storage alone.
     for workload in up.workloads().values():
-        assert (workload["phase"], workload["run"]["status"]) == ("stopped", "SUCCESS")
+        phase = (workload["phase"], workload["run"]["status"])
+        assert phase == ("stopped", "SUCCESS"), (workload["name"], workload["note"], workload)
 
     # The next `up`: the workloads as the repository has them (the browser test scaled
     # clickstream), and heartbeats that say a run is lost after 20 s.

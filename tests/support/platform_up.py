@@ -136,6 +136,23 @@ class Up:
             if run["status"] == "STARTED"
         }
 
+    def wait_settled(self) -> None:
+        """Until every example workload runs and no run is on its way in or out (a run the
+        sensor is stopping, for a scale-down or a new spec, ends without the platform's stop
+        tag, so the next ``up`` starts it as the sensor's, not as one the platform stopped)."""
+
+        def settled() -> bool:
+            try:
+                runs = self.runs()
+            except OSError:
+                return False
+            moving = {"QUEUED", "NOT_STARTED", "STARTING", "CANCELING"}
+            return set(self.started()) == set(WORKLOADS) and not any(
+                run["status"] in moving for run in runs
+            )
+
+        wait_until(settled, timeout=240, interval=1, message=f"a settled platform\n{self.log()}")
+
     def wait_all_running(self) -> None:
         """Until every example workload has a consumer run in progress."""
         wait_until(
