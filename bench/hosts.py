@@ -33,7 +33,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import psutil
@@ -60,12 +60,20 @@ IDLE_CLIENT_CONFIG = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1500}
 
 
 def spec(
-    name: str, bootstrap: str, busy: bool = False, own: bool = False, fetch_wait: int = 500
+    name: str,
+    bootstrap: str,
+    busy: bool = False,
+    own: bool = False,
+    fetch_wait: int = 500,
+    client: Mapping[str, object] | None = None,
 ) -> str:
     """``busy``: the tests' client settings and 100 ms commits, so its last commit times its
-    last record; ``own``: a run of its own (``run: own``)."""
+    last record; ``own``: a run of its own (``run: own``); ``client``: settings over the idle
+    workloads' own."""
     settings = (
-        TEST_CLIENT_CONFIG if busy else {**IDLE_CLIENT_CONFIG, "fetch.wait.max.ms": fetch_wait}
+        TEST_CLIENT_CONFIG
+        if busy
+        else {**IDLE_CLIENT_CONFIG, "fetch.wait.max.ms": fetch_wait, **(client or {})}
     )
     config = "".join(f"    {k}: {v}\n" for k, v in settings.items())
     return (
