@@ -96,6 +96,8 @@ class Suspect:
         self._window = window
         #: One past the window's last offset, set by its first record.
         self.until: int | None = None
+        #: The last offset the window admitted (a partition's records arrive in offset order).
+        self.last: int | None = None
         #: Records past the window, in offset order: filed into their lanes once the window
         #: is done (tracked meanwhile, so the partition's buffer bounds them).
         self.later: list[TrackedRecord] = []
@@ -107,7 +109,21 @@ class Suspect:
         """Whether ``offset`` belongs to the window (the first one sets it)."""
         if self.until is None:
             self.until = offset + self._window
-        return offset < self.until
+        if offset < self.until:
+            self.last = offset
+            return True
+        return False
+
+    def arrived(self, end: int | None) -> bool:
+        """Whether every record of the window has arrived: a record past it has, or its last
+        offset, or the partition's end (``end``; None: not known yet). Until then an empty
+        lane means the rest of the window is still on its way: ended then, the window would
+        let its poison run beside others, and a crash would start the count again."""
+        last = self.last
+        if last is None:
+            return False
+        assert self.until is not None  # set with ``last``
+        return bool(self.later) or last + 1 >= self.until or (end is not None and last + 1 >= end)
 
     def culprit(self, offset: int) -> bool:
         """Whether ``offset`` ended the process often enough to be set aside."""

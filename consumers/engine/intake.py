@@ -145,12 +145,15 @@ class Intake:
                     suspect.later.append(rec)
                 continue
             join(part, route(rec.key), ordered, rec)
+        self.end_window(part)  # its last record may have run before the records past it came
 
     def end_window(self, part: PartitionState) -> None:
-        """A suspect window's last record is done (none of it runs or waits): the partition
-        runs as usual, and the records held back behind the window join their lanes."""
+        """A suspect window is done (all of it arrived, and none of it runs or waits): the
+        partition runs as usual, and the records held back behind the window join their lanes."""
         suspect = part.suspect
         if suspect is None or SUSPECT_LANE in part.lanes or part.closing:
+            return
+        if not suspect.arrived(part.high_watermark):
             return
         part.suspect = None
         suspect.calm()

@@ -112,8 +112,8 @@ class QuietPolls:
         batch fills, so 50 ms batch polls woke an idle workload 20 times a second.
 
         A record that wakes it is followed by a batch poll and posted with it: a first batch
-        holds what arrives with it, as before (a crash's suspect window ends when its lane
-        empties, and a lone first record ended it early). If that poll ended the record's
+        holds what arrives with it, as before (a lone first record had ended a crash's suspect
+        window early, before windows waited for all of their records). If that poll ended the record's
         assignment (``assigned``: the source's partitions by key), the record is dropped: its
         revoke is already posted, and whoever is assigned it next reads from the committed
         position, which only a holder that handled the record can have moved past it."""

@@ -114,6 +114,49 @@ def test_a_suspect_window_runs_alone_and_holds_the_records_behind_it(tmp_path: P
     assert [r.offset for r in part.suspect.later] == [2] and b"a" not in part.lanes
 
 
+def run_suspects(s: Setup, part: PartitionState) -> list[int]:
+    """Run what the suspect lane holds, one record at a time as its worker would, ending the
+    window after each as the dispatcher does; the offsets run."""
+    ran = []
+    while SUSPECT_LANE in part.lanes:
+        taken = s.ready.take()
+        assert taken is not None and taken[0].lane_id == SUSPECT_LANE, taken
+        lane, rec = taken
+        ran.append(rec.offset)
+        s.ready.release(lane)
+        s.intake.end_window(part)
+    return ran
+
+
+@pytest.mark.parametrize("how", ["its last offset", "a record past it", "the partition's end"])
+def test_a_suspect_window_ends_once_all_of_it_arrived_not_when_its_lane_empties(
+    tmp_path: Path, how: str
+) -> None:
+    """Before: it ended when its lane emptied, so a first poll that brought part of it ended
+    it early, the rest ran beside other records, and a poison among them died unnamed."""
+    s = Setup()
+    part = s.parts[("t", 0)]
+    fd = os.open(tmp_path / "mark", os.O_RDWR | os.O_CREAT)
+    part.suspect = Suspect(fd, Mark(deaths=2), window=3)
+    s.admit(msg(0, 0, b"a"))
+    assert run_suspects(s, part) == [0]
+    assert part.suspect is not None, "the window ended with two of its records still to come"
+    if how == "its last offset":
+        s.admit(msg(0, 1, b"a"), msg(0, 2, b"b"), msg(0, 3, b"a"))
+        assert run_suspects(s, part) == [1, 2]
+        assert s.lane(0, b"a") == [3]
+    elif how == "a record past it":  # offsets 1 and 2 are gone (compaction)
+        s.admit(msg(0, 5, b"a"))
+        assert run_suspects(s, part) == []
+        assert s.lane(0, b"a") == [5]
+    else:
+        s.admit(msg(0, 1, b"a"))
+        part.high_watermark = 2  # the records the partition has: the window holds them all
+        assert run_suspects(s, part) == [1]
+    os.close(fd)
+    assert part.suspect is None, "the window never ended"
+
+
 def test_a_full_partition_pauses_once_a_poll_and_resumes_at_half() -> None:
     s = Setup(limit=4)
     s.admit(*(msg(0, o) for o in range(5)), msg(1, 0))

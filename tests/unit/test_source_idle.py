@@ -4,9 +4,9 @@ librdkafka's batch poll waits its whole timeout unless the batch fills, so polli
 workload in 50 ms batches woke it 20 times a second and held its first record for 50 ms: 200
 idle workloads in host runs cost 0.92 of this machine's 2 cores. Polled for one record, the
 client returns as soon as it has one, and a batch poll follows at once: the two are posted as
-one batch, so a first batch holds what arrives with it (a crash's suspect window ends when its
-lane empties: records posted one by one ended it early, and the suite's crash faults died six
-times instead of four)."""
+one batch, so a first batch holds what arrives with it (records posted one by one ended a
+crash's suspect window early, when windows still ended as their lane emptied, and the suite's
+crash faults died six times instead of four)."""
 
 from __future__ import annotations
 
