@@ -71,7 +71,7 @@ def measure(variant: str, workloads: int, seconds: float) -> dict[str, object]:
         command = [sys.executable, "-m", "bench.idle_consume", "--child", str(specs)]
         if variant == "topic-id checks off":
             command.append("--no-topic-checks")
-        engine = subprocess.Popen(command, cwd=ROOT)
+        engine = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL)
         trickle = Trickle(bootstrap)
         trickle.topics = names
         trickle.start()
