@@ -113,10 +113,11 @@ class QuietPolls:
 
         A record that wakes it is followed by a batch poll and posted with it: a first batch
         holds what arrives with it, as before (a lone first record had ended a crash's suspect
-        window early, before windows waited for all of their records). If that poll ended the record's
-        assignment (``assigned``: the source's partitions by key), the record is dropped: its
-        revoke is already posted, and whoever is assigned it next reads from the committed
-        position, which only a holder that handled the record can have moved past it."""
+        window early, before windows waited for all of their records). If that poll ended the
+        record's assignment (``assigned``: the source's partitions by key), the record is
+        dropped: its revoke is already posted, and whoever is assigned it next reads from the
+        committed position, which only a holder that handled the record can have moved past
+        it."""
         span = self._span
         if span is None or span[1] - span[0] < IDLE_AFTER_SECONDS:
             return consumer.consume(batch, timeout)
