@@ -199,7 +199,8 @@ class SourceThread:
             self._loop.call_soon_threadsafe(set_result, self.finished)
 
     def _post(self, event: tuple[str, Any]) -> None:
-        """Queue an event for the loop: batches, assignments and revokes share one FIFO (order)."""
+        """Queue an event for the loop. Batches, assignments and revokes share one FIFO so the
+        loop sees them in the order the client produced them."""
         self._inbox.append(event)
         self._loop.call_soon_threadsafe(self._pump)
 
