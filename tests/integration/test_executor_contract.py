@@ -159,7 +159,8 @@ async def test_a_timed_out_call_fails_and_its_retry_completes(
     backend.produce(topic, records)
     check = h.OrderCheck()
 
-    w = workload(backend, topic, "g-timeout", h.slow_once, check, executor=executor, timeout=0.3)
+    # 1 s: a clean-clone run under four workers timed out three fast first calls at 0.3 s.
+    w = workload(backend, topic, "g-timeout", h.slow_once, check, executor=executor, timeout=1.0)
     summary = await run(w)
 
     assert summary.counters["timeouts"] == 1
