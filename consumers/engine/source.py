@@ -65,7 +65,6 @@ class Consuming(Protocol):
         self, parts: Sequence[PartitionState], rewind: Callable[[PartitionKey, int], int]
     ) -> None:
         """On the source thread, inside ``on_assign``, before any record is read."""
-        ...
 
     def assign(self, parts: Iterable[PartitionState]) -> None: ...
     def ingest(self, messages: list[MessageLike]) -> None: ...
@@ -268,7 +267,8 @@ class SourceThread:
             elif verb == "pause_all":
                 if self.assigned:
                     self._pauses.apply(consumer, "pause", list(self.assigned))
-            elif verb == "close":
+            elif verb == "close":  # the final report reads these ends: not a second old
+                self._post_ends(consumer)
                 self._check_topics(arg)
                 self.final_commit_failure = self._commit(consumer, arg, asynchronous=False)
                 if self._watch is not None:
@@ -311,11 +311,7 @@ class SourceThread:
         """Each partition's end, and the client's positions: posted behind the batches already
         posted, so the runner sees a position only once it has every record below it. Then
         the liveness watch (``held``: the loop cannot take a batch now, not a stall)."""
-        ends = {key: consumer.high_watermark(key) for key in list(self.assigned)}
-        moved_ends = {k: v for k, v in ends.items() if v >= 0 and self._ends.get(k) != v}
-        if moved_ends:  # the loop writes them: a partition's fields have one writer
-            self._ends.update(moved_ends)
-            self._post(("ends", moved_ends))
+        self._post_ends(consumer)
         if not (self.assigned and self._intake_open):
             return
         positions = consumer.positions(list(self.assigned))
@@ -326,6 +322,13 @@ class SourceThread:
         self.stalls.check(
             consumer, self.name, self.assigned, positions, self._ends, self._pauses.paused, held
         )
+
+    def _post_ends(self, consumer: ConsumerLike) -> None:
+        """Post the ends that moved or became known (a client learns one from a fetch)."""
+        ends = {key: consumer.high_watermark(key) for key in list(self.assigned)}
+        if moved := {k: v for k, v in ends.items() if v >= 0 and self._ends.get(k) != v}:
+            self._ends.update(moved)
+            self._post(("ends", moved))
 
     # ------------------------------------------------------------ rebalance callbacks
 
@@ -344,9 +347,7 @@ class SourceThread:
             self.assigned[(topic, partition)] = part
             parts.append(part)
         self._pauses.assigned(keys)  # resumed after this poll (see ClientPauses)
-        log.info(
-            "workload %s: assigned %s", self.name, [f"{p.topic}[{p.partition}]" for p in parts]
-        )
+        log.info("workload %s: assigned %s", self.name, [f"{t}[{p}]" for t, p in keys])
         if self._watch is not None:
             self._watch.learn({topic for topic, _ in keys})
         # Blocking work (landing's topic ids and file clean-up) before any record is read.
@@ -373,8 +374,7 @@ class SourceThread:
 
     def _release(self, keys: list[PartitionKey], commit: bool) -> None:
         log.info("workload %s: revoking %s (commit=%s)", self.name, keys, commit)
-        if self._shutting_down or not keys:
-            # Shutdown already drained and committed everything before close().
+        if self._shutting_down or not keys:  # stop() drained and committed before close()
             self._forget(keys)
             return
         future: concurrent.futures.Future[list[CommitOffset]] = concurrent.futures.Future()
