@@ -8,9 +8,9 @@ executes the loop's commands (commit, pause, resume) between polls, and runs the
     on_revoke → loop stops intake of those partitions and drains them (deadline)
               → synchronous commit of their watermark → return to librdkafka
 
-Backpressure never blocks this thread: full partitions are *paused* and the thread keeps
-polling. Only the hand-off to the loop is bounded (a couple of batches), waited on in short
-slices so commands and callbacks keep flowing.
+Backpressure never blocks this thread: full partitions are *paused* and it keeps polling (an
+idle client one record at a time: :meth:`QuietPolls.poll`). Only the hand-off to the loop
+is bounded (a couple of batches), waited on in short slices so commands and callbacks flow.
 
 Topics deleted or recreated under the workload are fenced by an
 :class:`~consumers.engine.incarnations.IncarnationWatch`: their positions are never committed
@@ -164,7 +164,7 @@ class SourceThread:
             )
             now = self._clock.now
             next_watermarks = now()
-            watch = self._watch
+            watch, poll_timeout = self._watch, self._poll_timeout
             if watch is not None:
                 watch.start()
             while not self._run_commands(consumer):
@@ -180,7 +180,7 @@ class SourceThread:
                     self._handed.clear()
                     continue
                 started = now()
-                messages = consumer.consume(self._batch_size, self._poll_timeout)
+                messages = self.quiet.poll(consumer, self._batch_size, poll_timeout, self.assigned)
                 paused = self._pauses.after_poll(consumer, self.assigned)
                 self.quiet.polled(started, now(), not (messages or paused))
                 if messages and self._intake_open:
