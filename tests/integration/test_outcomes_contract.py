@@ -189,7 +189,7 @@ async def test_a_hung_async_handler_is_cancelled_then_retried(backend: Backend) 
                 cancelled.set()
                 raise
 
-    w = workload(backend, topic, "g-hang", handler, timeout=0.3, retry=FAST_RETRY)
+    w = workload(backend, topic, "g-hang", handler, timeout=1.0, retry=FAST_RETRY)
     [summary] = await ConsumerApp([w]).run(until_idle=1.0)
 
     assert cancelled.is_set() and calls == 2
