@@ -13,7 +13,8 @@ engine's:
   polled as the engine polls an idle client (one record, a 0.5 s wait), and an asynchronous
   commit after each record.
 * ``one client``: one consumer assigned every workload's partitions, with no group membership,
-  polled in batches with a 0.5 s wait; each record is committed for its workload's group
+  polled as the engine polls an idle client (one record in 0.5 s, then a 50 ms batch: a
+  batch poll waits out its timeout); each record is committed for its workload's group
   through ``AdminClient.alter_consumer_group_offsets`` (what a shared client would do; that
   request works on a group without members). Again with a 100 ms fetch wait: one client can
   fetch five times as often for less than 200 clients cost.
@@ -47,7 +48,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from bench.fleet import cpu_seconds
+from bench.fleet import cores_over
 from bench.hosts import IDLE_CLIENT_CONFIG, Trickle, wait
 from consumers.dev.embedded.tansu import create_topic, start_tansu
 
@@ -118,7 +119,9 @@ def one_client(config: dict[str, object], topics: list[str], stop: threading.Eve
     consumer.assign([TopicPartition(t, p, OFFSET_END) for t in topics for p in range(PARTITIONS)])
     print("ready", flush=True)
     while not stop.is_set():
-        for message in consumer.consume(500, 0.5):
+        woken = consumer.consume(1, 0.5)  # a batch poll waits out its timeout: one first
+        rest = consumer.consume(499, 0.05) if woken else []
+        for message in woken + rest:
             _latency(message, latencies)
             topic, partition, offset = message.topic(), message.partition(), message.offset()
             assert topic is not None and partition is not None and offset is not None
@@ -183,13 +186,7 @@ def measure(variant: str, workloads: int, seconds: float) -> dict[str, object]:
             trickle.start()
             time.sleep(10.0)  # two trickle rounds before the reading starts
             parts = {"clients": psutil.Process(clients.pid), "tansu": psutil.Process(broker.pid)}
-            before = {k: cpu_seconds([p]) for k, p in parts.items()}
-            began = time.monotonic()
-            time.sleep(seconds)
-            elapsed = time.monotonic() - began
-            cores = {
-                k: round((cpu_seconds([p]) - before[k]) / elapsed, 3) for k, p in parts.items()
-            }
+            cores = cores_over(parts, seconds)
             clients.stdin.close()
             summary = json.loads(clients.stdout.readline())
             wait(lambda: clients.poll() is not None, 60, "the clients' exit", every=0.2)

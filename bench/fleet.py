@@ -164,6 +164,18 @@ def cpu_seconds(processes: list[psutil.Process]) -> float:
     return total
 
 
+def cores_over(processes: dict[str, psutil.Process], seconds: float) -> dict[str, float]:
+    """Cores each named process used over the next ``seconds`` (sleeps that long)."""
+    before = {name: cpu_seconds([proc]) for name, proc in processes.items()}
+    started = time.monotonic()
+    time.sleep(seconds)
+    elapsed = time.monotonic() - started
+    return {
+        name: round((cpu_seconds([proc]) - before[name]) / elapsed, 3)
+        for name, proc in processes.items()
+    }
+
+
 def cpu_sample(consumers: list[psutil.Process], broker: psutil.Process) -> dict[str, Any]:
     import psutil
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.fleet import cpu_seconds
+from bench.fleet import cores_over
 from bench.hosts import Trickle, committed, spec, wait
 from consumers.dev.embedded.tansu import create_topic, start_tansu
 
@@ -83,13 +83,7 @@ def measure(variant: str, workloads: int, seconds: float) -> dict[str, object]:
             )
             time.sleep(5.0)  # the last joins' rebalances settle before the reading starts
             parts = {"engine": psutil.Process(engine.pid), "tansu": psutil.Process(broker.pid)}
-            before = {k: cpu_seconds([p]) for k, p in parts.items()}
-            started = time.monotonic()
-            time.sleep(seconds)
-            elapsed = time.monotonic() - started
-            cores = {
-                k: round((cpu_seconds([p]) - before[k]) / elapsed, 3) for k, p in parts.items()
-            }
+            cores = cores_over(parts, seconds)
         finally:
             trickle.stopped.set()
             engine.terminate()
