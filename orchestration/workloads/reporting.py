@@ -43,6 +43,7 @@ def workload_metadata(
     are those of the partitions assigned to it."""
     parts = sorted(snap.partitions, key=lambda p: (p.topic, p.partition))
     lags = [p.lag for p in parts if p.lag is not None]
+    unread = [f"{p.topic}[{p.partition}]" for p in parts if p.end is None]
     pins = [p for p in parts if p.pinned_seconds is not None]
     pin = max(pins, key=lambda p: p.pinned_seconds or 0.0) if pins else None
     stalls = [p for p in parts if p.stalled_seconds is not None]
@@ -62,7 +63,10 @@ def workload_metadata(
         # The page shows each key's newest value: these replace a still workload's broker
         # figures (orchestration.workloads.standstill) once a run reports again.
         "lag_from": "run",
-        "lag_unknown": None,
+        # A partition's end is known from its client's first fetch response: until then the
+        # lag counts the others, a lower bound (the lag check is never green on it). One with
+        # an end and no position (empty, or read from its end) has nothing known to be behind.
+        "lag_unknown": f"not read yet: {', '.join(unread)}" if unread else None,
         "in_flight": snap.in_flight,
         "partitions": len(parts),
         "assigned": ",".join(str(p.partition) for p in parts),

@@ -14,11 +14,13 @@ import yaml
 
 from consumers import WorkloadSpec, load_spec
 from consumers.engine.valve import ValveWindow
+from consumers.service.metrics import PartitionSnapshot, WorkloadSnapshot
 from orchestration import settings
 from orchestration.workloads import reload
 from orchestration.workloads.assets import DEAD_LETTERS_CHECK, LAG_CHECK, PINNED_CHECK
 from orchestration.workloads.health import Recorder, judge
 from orchestration.workloads.registry import read_registry
+from orchestration.workloads.reporting import workload_metadata
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.unit
@@ -61,6 +63,42 @@ def test_replicas_add_their_lag_and_the_worst_pin_and_valve_count(tmp_path: Path
     assert not checks[PINNED_CHECK].passed and "partition 3" in checks[PINNED_CHECK].description
     assert not checks[DEAD_LETTERS_CHECK].passed
     assert checks[DEAD_LETTERS_CHECK].severity.value == "WARN"  # the valve has not tripped yet
+
+
+def test_a_lag_that_leaves_out_unread_partitions_is_red_when_over_and_never_green(
+    tmp_path: Path,
+) -> None:
+    """A run's first report may come before every partition was fetched: 506 of 2,000 waiting
+    records were counted and judged green against a target of 700."""
+    workload = spec(tmp_path, checks={"lag": 700})
+    unread = "not read yet: t[1], t[3]"
+    assert LAG_CHECK not in by_name(judge(workload, [report(lag=506, lag_unknown=unread)]))
+    over = by_name(judge(workload, [report(lag=701, lag_unknown=unread)]))[LAG_CHECK]
+    assert not over.passed and over.description.startswith("at least 701 records behind")
+    # Another replica's report that leaves partitions out makes the sum a lower bound too.
+    replicas = [report(lag=300), report(lag=200, lag_unknown=unread)]
+    assert LAG_CHECK not in by_name(judge(workload, replicas))
+    assert by_name(judge(workload, [report(lag=506)]))[LAG_CHECK].passed
+
+
+def test_a_report_names_the_partitions_its_lag_leaves_out() -> None:
+    def part(partition: int, end: int | None, position: int | None = 10) -> PartitionSnapshot:
+        lag = None if end is None or position is None else end - position
+        return PartitionSnapshot("t", partition, position, end, 0, lag, None, None, None)
+
+    def snapshot(*parts: PartitionSnapshot) -> WorkloadSnapshot:
+        counters = dict.fromkeys(("completed", "failed", "dead_lettered", "parked"), 0)
+        return WorkloadSnapshot("clicks", counters, 0, 0, 0, 0, 0, 0, 0, parts)
+
+    partial = workload_metadata(
+        snapshot(part(0, 500), part(1, None), part(2, None)), 0.0, "running"
+    )
+    assert (partial["lag"], partial["lag_unknown"]) == (490, "not read yet: t[1], t[2]")
+    whole = workload_metadata(snapshot(part(0, 500), part(1, 30)), 0.0, "running")
+    assert (whole["lag"], whole["lag_unknown"]) == (510, None)
+    # Fetched, nothing delivered (an empty partition has no client position): not left out.
+    empty = workload_metadata(snapshot(part(0, 500), part(1, 0, None)), 0.0, "running")
+    assert (empty["lag"], empty["lag_unknown"]) == (490, None)
 
 
 def test_a_partition_with_records_behind_it_and_no_progress_turns_the_pin_check_red(
