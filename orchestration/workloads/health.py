@@ -131,10 +131,10 @@ def judge(spec: WorkloadSpec, reports: Sequence[Report]) -> list[Judgement]:
     checks = spec.checks
     out: list[Judgement] = []
     lags = [lag for r in running if isinstance(lag := r.get("lag"), int)]
+    lag = sum(lags)
     # Partitions not read yet make the lag a lower bound: enough for red, never for green.
     partial = any(r.get("lag_unknown") for r in running)
-    if lags and (not partial or sum(lags) > checks.lag):
-        lag = sum(lags)
+    if lags and (not partial or lag > checks.lag):
         out.append(
             Judgement(
                 LAG_CHECK,
