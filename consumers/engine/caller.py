@@ -139,13 +139,15 @@ class HandlerCaller:
                     gate.ran_inline(perf_counter() - started)
             else:
                 assert self._pool is not None  # every plain def has a pool
-                call = self._pool.submit(subject)
+                call = worker.call = self._pool.submit(subject)
                 if not call.running:
                     # Queued behind other records: its timeout starts when it runs.
                     worker.started = math.inf
                     call.on_start = partial(self._restart_timer, worker)
                 result = await call.future
+                worker.call = None
         except BaseException as exc:  # everything user code raises: see the module docstring
+            worker.call = None
             error = self.failure(worker, first, exc)
             if isinstance(error, HandlerTimeout) and call is not None and self._pool is not None:
                 worker.record = None
@@ -155,6 +157,12 @@ class HandlerCaller:
         if worker.timed_out:  # the handler swallowed the cancellation and returned
             worker.clear_timeout()
         return result, None
+
+    def collect(self) -> None:
+        """Hand over every thread or process result that has come back but whose callback
+        has not run yet (the watchdog asks before it times a call out)."""
+        if self._pool is not None:
+            self._pool.collect()
 
     @property
     def direct(self) -> Callable[[Record], Awaitable[Any]] | None:

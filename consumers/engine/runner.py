@@ -175,7 +175,12 @@ class WorkloadRunner:
         self._tasks.append(asyncio.ensure_future(self._commit_timer()))
         self._tasks.append(
             asyncio.ensure_future(
-                watchdog(self._dispatch.active, self._clock, self.settings.timeout)
+                watchdog(
+                    self._dispatch.active,
+                    self._clock,
+                    self.settings.timeout,
+                    self._caller.collect,
+                )
             )
         )
 

@@ -46,6 +46,11 @@ class CallPool(Protocol):
 
     def submit(self, subject: Any) -> PendingCall: ...
 
+    def collect(self) -> None:
+        """Resolve now the futures of calls whose results have come back: the watchdog asks
+        before it times a call out, so a call that has returned is never a timeout."""
+        ...
+
     async def abandon(self, call: Any, grace: Callable[[], Awaitable[object]]) -> None:
         """A call timed out: end it, or wait for it at most until ``grace()`` finishes."""
         ...

@@ -305,9 +305,18 @@ class ProcessExecutor:
                 with contextlib.suppress(OSError):
                     frames.send(worker.sock, batch)
 
+    def collect(self) -> None:
+        """Read now the replies that have reached the workers' sockets (``CallPool.collect``)."""
+        for worker in list(self._workers):
+            if worker.ready and worker.outstanding:
+                self._readable(worker)
+
     def _readable(self, worker: _Worker) -> None:
         try:
-            data = worker.sock.recv(1 << 18)
+            # Never blocks: collect() may have read what woke this reader.
+            data = worker.sock.recv(1 << 18, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
         except OSError:
             data = b""
         if not data:

@@ -165,6 +165,10 @@ class ThreadExecutor:
 
     # ------------------------------------------------------------------ loop side
 
+    def collect(self) -> None:
+        """Deliver now the results threads have queued (``CallPool.collect``)."""
+        self._deliver()
+
     def _deliver(self) -> None:
         self._wake_scheduled = False  # before popping: a result appended after this wakes again
         done, timed = self._done, self._timed
