@@ -1,7 +1,7 @@
-"""pulsar-client's log lines reach the ``lanehouse.pulsar.client`` logger, and a process that
-closed its client exits cleanly (``client_log.py``: the client's Python-logger hook aborted
-about one exit in two of the script below). Each case is its own process because pulsar-client
-keeps the first client's logger for the whole process."""
+"""pulsar-client's log lines reach the ``lanehouse.pulsar.client`` logger, all of them before
+the process exits, and a process that closed its client exits cleanly (``client_log.py``: the
+client's Python-logger hook aborted about one exit in two of the script below). Each case is its
+own process because pulsar-client keeps the first client's logger for the whole process."""
 
 from __future__ import annotations
 
@@ -36,13 +36,24 @@ SCRIPT = textwrap.dedent(
     client.close()
     """
 )
+#: The same, with a log handler that takes 20 ms a line: the reader thread falls behind.
+SLOW_HANDLER = SCRIPT.replace(
+    "logging.basicConfig(",
+    "import time\n"
+    "class Slow(logging.StreamHandler):\n"
+    "    def emit(self, record):\n"
+    "        time.sleep(0.02)\n"
+    "        super().emit(record)\n"
+    "logging.basicConfig(handlers=[Slow()], ",
+)
 CONNECTED = re.compile(r"^lanehouse\.pulsar\.client INFO \[\S+ -> \S+\] Connected to broker$", re.M)
 CPP_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d [\d:.]+ [A-Z]+ ", re.M)
 
 
-def test_processes_log_through_python_and_exit_cleanly(pulsar_broker: PulsarLiteBroker) -> None:
-    topic = f"log-exit-{uuid.uuid4().hex[:8]}"
-    client = pulsar.Client(pulsar_broker.url, **PULSAR_TEST_CLIENT_KWARGS)
+def filled_topic(broker: PulsarLiteBroker, prefix: str) -> str:
+    """A new topic holding the 20 messages :data:`SCRIPT` receives."""
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    client = pulsar.Client(broker.url, **PULSAR_TEST_CLIENT_KWARGS)
     try:
         producer = client.create_producer(topic)
         for i in range(20):
@@ -50,6 +61,11 @@ def test_processes_log_through_python_and_exit_cleanly(pulsar_broker: PulsarLite
         producer.close()
     finally:
         client.close()
+    return topic
+
+
+def test_processes_log_through_python_and_exit_cleanly(pulsar_broker: PulsarLiteBroker) -> None:
+    topic = filled_topic(pulsar_broker, "log-exit")
     for attempt in range(8):
         done = subprocess.run(
             [sys.executable, "-c", SCRIPT, pulsar_broker.url, topic],
@@ -62,6 +78,24 @@ def test_processes_log_through_python_and_exit_cleanly(pulsar_broker: PulsarLite
         # The client's own lines arrive as Python records, level and all, prefix parsed away.
         assert CONNECTED.search(out), out[-1500:]
         assert not CPP_PREFIX.search(out), out[-1500:]
+
+
+def test_a_process_logs_every_client_line_before_it_exits(
+    pulsar_broker: PulsarLiteBroker,
+) -> None:
+    """A short run whose log handler is slow: the lines still in the pipe at exit are logged
+    (they were lost, the connection's and the close's among them)."""
+    topic = filled_topic(pulsar_broker, "log-flush")
+    done = subprocess.run(
+        [sys.executable, "-c", SLOW_HANDLER, pulsar_broker.url, topic],
+        cwd=REPO,
+        capture_output=True,
+        timeout=60,
+    )
+    out = (done.stdout + done.stderr).decode(errors="replace")
+    assert done.returncode == 0, out[-1500:]
+    assert CONNECTED.search(out), out[-1500:]
+    assert re.search(r"Closing Pulsar client", out), out[-1500:]
 
 
 #: `lanehouse up` and the demo start the embedded broker first: its readiness probe is then the

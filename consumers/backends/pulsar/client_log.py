@@ -11,13 +11,16 @@ it writes into this process's pipe, and one daemon thread turns the lines into l
 pulsar-client keeps one logger for the whole process, the first client's: the level is the Python
 logger's when the first client is built (a process whose first client is another, such as the
 embedded broker's readiness probe, keeps that one's), and a forked child's lines reach its
-parent's thread. Lines still in the pipe when the interpreter exits are not logged. The C++ file
-logger writes without a lock, so two client threads logging at once may interleave their text;
-such a line is kept whole at INFO rather than parsed.
+parent's thread. At exit the process waits (up to :data:`FLUSH_SECONDS`) until the thread has
+logged every line already in the pipe: a loaded machine had left a short run's thread behind,
+and the lines lost were the connection's and the close's. The C++ file logger writes without a
+lock, so two client threads logging at once may interleave their text; such a line is kept whole
+at INFO rather than parsed.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import re
@@ -40,25 +43,51 @@ _LEVELS: Final = {
 }
 
 
+#: Longest the process waits at exit for the lines already in the pipe to be logged.
+FLUSH_SECONDS: Final = 2.0
+#: Written behind those lines; the thread sets ``_Pipe.flushed`` when it reads it.
+_FLUSH: Final = b"\x00lanehouse: flush\n"
+
+
 class _Pipe:
     """The process's pipe and the thread that reads it."""
 
     def __init__(self) -> None:
         read, self.write = os.pipe()
+        self._pid = os.getpid()
+        self.flushed = threading.Event()
         threading.Thread(
             target=self._forward, args=(read,), name="pulsar-client-log", daemon=True
         ).start()
+        atexit.register(self.flush)
 
-    @staticmethod
-    def _forward(read: int) -> None:
+    def flush(self, timeout: float = FLUSH_SECONDS) -> bool:
+        """Wait until the lines in the pipe now are logged; False if ``timeout`` ran out. A
+        forked child has no reader of its own (its lines go to its parent's): it returns."""
+        if os.getpid() != self._pid:
+            return False
+        self.flushed.clear()
+        try:
+            os.write(self.write, _FLUSH)  # one write under PIPE_BUF: never split
+        except OSError:
+            return False
+        return self.flushed.wait(timeout)
+
+    def _forward(self, read: int) -> None:
         """Never stops while the process lives: a dead reader would fill the pipe and block
         every client thread that logs."""
         with os.fdopen(read, "rb") as lines:
             for line in lines:
-                try:
-                    _log(line)
-                except Exception:  # a handler or filter failing: the line is lost, not the pipe
-                    sys.stderr.write(line.decode(errors="replace"))
+                flush = line.endswith(_FLUSH)  # a client's unfinished text may precede it
+                if flush:
+                    line = line[: -len(_FLUSH)]
+                if line:
+                    try:
+                        _log(line)
+                    except Exception:  # a handler or filter failing: the line is lost, not the pipe
+                        sys.stderr.write(line.decode(errors="replace"))
+                if flush:
+                    self.flushed.set()
 
 
 def _log(line: bytes) -> None:
