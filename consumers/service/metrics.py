@@ -75,8 +75,9 @@ class PartitionSnapshot:
 
     topic: str
     partition: int
-    #: The commit position and the log end (client-cached, raised to the position when the
-    #: client has read past the cached end, so ``committed <= end``); None until known.
+    #: The commit position (the group's committed offset until a record is delivered: the
+    #: client has no position before) and the log end (client-cached, raised to the position
+    #: when the client has read past the cached end, so ``committed <= end``); None until known.
     committed: int | None
     end: int | None
     #: Delivered records not yet below the commit position.
@@ -127,6 +128,8 @@ def workload_snapshot(app: ConsumerApp, name: str, now: float) -> WorkloadSnapsh
     for part in runner.partitions():
         tracker = part.tracker
         position = tracker.position
+        if position is None:  # nothing delivered yet, no client position: it reads from here
+            position = part.committed
         end, lag = part.high_watermark, None
         if end is not None and position is not None:
             # The cached end is refreshed every few seconds; the client has read up to the

@@ -65,7 +65,7 @@ def workload_metadata(
         "lag_from": "run",
         # A partition's end is known from its client's first fetch response: until then the
         # lag counts the others, a lower bound (the lag check is never green on it). One with
-        # an end and no position (empty, or read from its end) has nothing known to be behind.
+        # an end, no record delivered and nothing committed (a new group) has no position.
         "lag_unknown": f"not read yet: {', '.join(unread)}" if unread else None,
         "in_flight": snap.in_flight,
         "partitions": len(parts),

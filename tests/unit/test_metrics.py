@@ -64,3 +64,46 @@ def test_committed_never_exceeds_end_when_the_cached_end_is_stale() -> None:
         await run
 
     asyncio.run(scenario())
+
+
+class NoPositionYet(MemoryConsumer):
+    """A client with no position before it delivers a record: librdkafka's ``position()`` is
+    -1001 until then (checked on Tansu), so an idle partition's never becomes known."""
+
+    def positions(self, parts: list[PartitionKey]) -> dict[PartitionKey, int]:
+        return {}
+
+
+def test_a_partition_with_nothing_delivered_reports_its_lag_from_the_committed_offset() -> None:
+    """Before: its lag and committed position stayed unknown (-1 in the run's partition table)
+    for as long as nothing new came, on a workload that was fully caught up."""
+    broker = MemoryBroker()
+    broker.create_topic("events", 2)
+    for _ in range(5):
+        broker.produce("events", b"v", b"k", partition=0)
+        broker.produce("events", b"v", b"k", partition=1)
+    broker.alter_offsets("g", [("events", 0, 5), ("events", 1, 3)])  # partition 1: 2 behind
+    handled: list[tuple[int, int]] = []
+    app = ConsumerApp(
+        [
+            Workload(
+                RunnerSettings(name="w"),
+                lambda r: handled.append((r.partition, r.offset)),
+                ["events"],
+                lambda on_commit: NoPositionYet(broker, "g", on_commit),
+            )
+        ]
+    )
+
+    async def scenario() -> None:
+        run = asyncio.ensure_future(app.run())
+        await until(lambda: len(handled) == 2, 10, "partition 1's two records handled")
+        parts = {p.partition: p for p in app.runners["w"].partitions()}
+        await until(lambda: parts[0].high_watermark == 5, 10, "partition 0's end")
+        snaps = {p.partition: p for p in workload_snapshot(app, "w", app.clock.now()).partitions}
+        assert (snaps[0].committed, snaps[0].end, snaps[0].lag) == (5, 5, 0)
+        assert (snaps[1].committed, snaps[1].end, snaps[1].lag) == (5, 5, 0)
+        app.request_stop()
+        await run
+
+    asyncio.run(scenario())
