@@ -17,6 +17,9 @@ One embedded Tansu, ``dagster dev`` on a fresh instance and LANEHOUSE_HOST_WORKL
    the new ones consume, how many runs were launched meanwhile, and how many of the remaining
    workloads were started again inside their hosts (none and none: hosts follow their members
    at runtime).
+4. Every other workload removed and the trickle stopped: ``busy``'s throughput alone again, on
+   the warmed-up platform (the first ran while Dagster was still starting), and its ratio to
+   the mean of the two.
 
 Prints one JSON object; ``docs/benchmarks.md`` records a run.
 """
@@ -252,6 +255,19 @@ def throughput(home: Path, bootstrap: str, records: int, own: bool) -> float:
     return records / (time.monotonic() - start)
 
 
+def alone_again(
+    home: Path, bootstrap: str, specs: Path, trickle: Trickle, records: int, own: bool
+) -> float:
+    """``busy``'s throughput once every other workload is gone (files removed, their hosts
+    stopped) and the trickle stopped: alone again, on a warmed-up platform."""
+    trickle.stopped.set()
+    for path in specs.glob("*.yaml"):
+        if path.stem != "busy":
+            path.unlink()
+    wait(lambda: len(run_processes(home)) == 1, 600, "only busy's run left", 5.0)
+    return throughput(home, bootstrap, records, own)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--idle", type=int, default=200)
@@ -361,6 +377,11 @@ def main() -> None:
         result["neighbours_restarted_by_the_swap"] = sum(
             after.get(n) != before.get(n) for n in survivors
         )
+        # The first "alone" ran while the platform was starting: measure it again, warmed up.
+        after_per_s = alone_again(home, bootstrap, specs, trickle, args.busy_records, args.busy_own)
+        result["busy_alone_after_per_s"] = round(after_per_s)
+        mean_alone = (alone_per_s + after_per_s) / 2
+        result["busy_ratio_to_mean_alone"] = round(with_idle_per_s / mean_alone, 3)
         result["total_s"] = round(time.monotonic() - started, 1)
     except Exception as exc:  # what was measured before the failure still counts
         result["failed"] = f"{type(exc).__name__}: {exc}"
