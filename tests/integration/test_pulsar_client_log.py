@@ -64,17 +64,22 @@ def filled_topic(broker: PulsarLiteBroker, prefix: str) -> str:
     return topic
 
 
+def run_script(script: str, broker: PulsarLiteBroker, topic: str) -> tuple[int, str]:
+    """``script`` in a process of its own: its exit status and everything it printed."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, broker.url, topic],
+        cwd=REPO,
+        capture_output=True,
+        timeout=60,
+    )
+    return done.returncode, (done.stdout + done.stderr).decode(errors="replace")
+
+
 def test_processes_log_through_python_and_exit_cleanly(pulsar_broker: PulsarLiteBroker) -> None:
     topic = filled_topic(pulsar_broker, "log-exit")
     for attempt in range(8):
-        done = subprocess.run(
-            [sys.executable, "-c", SCRIPT, pulsar_broker.url, topic],
-            cwd=REPO,
-            capture_output=True,
-            timeout=60,
-        )
-        out = (done.stdout + done.stderr).decode(errors="replace")
-        assert done.returncode == 0, f"exit {done.returncode} on run {attempt}:\n{out[-1500:]}"
+        code, out = run_script(SCRIPT, pulsar_broker, topic)
+        assert code == 0, f"exit {code} on run {attempt}:\n{out[-1500:]}"
         # The client's own lines arrive as Python records, level and all, prefix parsed away.
         assert CONNECTED.search(out), out[-1500:]
         assert not CPP_PREFIX.search(out), out[-1500:]
@@ -85,15 +90,8 @@ def test_a_process_logs_every_client_line_before_it_exits(
 ) -> None:
     """A short run whose log handler is slow: the lines still in the pipe at exit are logged
     (they were lost, the connection's and the close's among them)."""
-    topic = filled_topic(pulsar_broker, "log-flush")
-    done = subprocess.run(
-        [sys.executable, "-c", SLOW_HANDLER, pulsar_broker.url, topic],
-        cwd=REPO,
-        capture_output=True,
-        timeout=60,
-    )
-    out = (done.stdout + done.stderr).decode(errors="replace")
-    assert done.returncode == 0, out[-1500:]
+    code, out = run_script(SLOW_HANDLER, pulsar_broker, filled_topic(pulsar_broker, "log-flush"))
+    assert code == 0, out[-1500:]
     assert CONNECTED.search(out), out[-1500:]
     assert re.search(r"Closing Pulsar client", out), out[-1500:]
 

@@ -76,28 +76,21 @@ async def test_a_thread_call_that_returned_keeps_its_result() -> None:
         pool.close()
 
 
-async def test_a_thread_call_still_running_is_timed_out() -> None:
+@pytest.mark.parametrize("late", [True, False], ids=["past-its-limit", "within-it"])
+async def test_a_thread_call_still_running_is_timed_out_only_past_its_limit(late: bool) -> None:
     release = threading.Event()
     pool = ThreadExecutor(lambda n: release.wait(10), 2, "feed")
     try:
         worker, task = running(pool, 1)
-        assert time_out([worker], LIMIT * 5, LIMIT, pool.collect) == 1
-        assert worker.timed_out
-        with pytest.raises(asyncio.CancelledError):
-            await task
-    finally:
+        now = LIMIT * 5 if late else LIMIT / 2
+        assert time_out([worker], now, LIMIT, pool.collect) == int(late)
+        assert worker.timed_out is late
         release.set()
-        pool.close()
-
-
-async def test_a_call_within_its_limit_is_left_alone() -> None:
-    release = threading.Event()
-    pool = ThreadExecutor(lambda n: release.wait(10), 2, "feed")
-    try:
-        worker, task = running(pool, 1)
-        assert time_out([worker], LIMIT / 2, LIMIT, pool.collect) == 0
-        release.set()
-        assert await task is True
+        if late:
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        else:
+            assert await task is True
     finally:
         release.set()
         pool.close()
