@@ -96,9 +96,10 @@ async def test_a_thread_call_still_running_is_timed_out_only_past_its_limit(late
         pool.close()
 
 
+@pytest.mark.timeout(60)  # a reader that blocked on the emptied socket would hang here
 async def test_a_worker_process_reply_already_on_its_socket_is_not_timed_out() -> None:
-    """The same for ``executor: process``; and the reader the loop then runs on the emptied
-    socket finds nothing to read, not a dead worker."""
+    """The same for ``executor: process``; and a reader the loop woke before the watchdog
+    emptied the socket finds nothing to read, not a dead worker."""
     pool = ProcessExecutor(h.work, 1, "feed", 1 << 20)
     try:
         record = Record("t", 0, 0, b"k", json.dumps({"n": 1}).encode())
@@ -106,6 +107,7 @@ async def test_a_worker_process_reply_already_on_its_socket_is_not_timed_out() -
         sock = pool._workers[0].sock
         wait_until(lambda: select.select([sock], [], [], 0)[0], timeout=30, message="replied")
         assert time_out([worker], LIMIT * 5, LIMIT, pool.collect) == 0
+        pool._readable(pool._workers[0])  # what that woken reader runs: nothing to read
         assert await task is None
         _, again = running(pool, Record("t", 0, 1, b"k", json.dumps({"n": 2}).encode()))
         assert await asyncio.wait_for(again, 30) is None
