@@ -167,12 +167,14 @@ async def forward(rec: Record) -> Forward:
 
 
 def record_sync(rec: Record) -> None:
-    """A plain ``def`` :func:`record` for ``executor: process``, after ``$LH_DELAY`` seconds of
-    busy work. A worker process has no partition assignment, so ``epoch`` is 0: the tests using
-    it run one member per run."""
+    """A plain ``def`` :func:`record` for every executor, after ``$LH_DELAY`` seconds of busy
+    work. On threads or inline ``epoch`` is the record's assignment, so a rebalance inside a run
+    (a session timeout on a loaded machine) is no order violation; a worker process has no
+    assignment, so there it is 0: the tests using it run one member per run."""
     delay = float(os.environ.get("LH_DELAY", "0"))
     until = time.perf_counter() + random.random() * delay
     while time.perf_counter() < until:
         pass
     value = rec.json()
-    _write(f"{value['key']} {value['seq']} {rec.partition} {rec.offset} 0\n")
+    epoch = rec.part.generation if isinstance(rec, TrackedRecord) else 0
+    _write(f"{value['key']} {value['seq']} {rec.partition} {rec.offset} {epoch}\n")
