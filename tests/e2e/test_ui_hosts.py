@@ -29,7 +29,7 @@ from orchestration.workloads.host_store import MemberStatus, read_statuses
 from orchestration.workloads.names import HOST_JOB_NAME, START_JOB_NAME, STOP_JOB_NAME
 from tests.conftest import TopicFactory
 from tests.helpers import free_port, wait_until
-from tests.support.browser import chromium_page, nux_seen, park
+from tests.support.browser import chromium_page, nux_seen, park, show
 from tests.support.platform_up import REPO
 from tests.support.processes import stop_group
 
@@ -204,9 +204,8 @@ def test_stop_and_start_one_workload_of_a_host_from_the_ui(platform: Platform, p
             interval=1,
             message="alpha's page says it was stopped by a person",
         )
-        page.goto(f"{platform.url}/assets/workloads/alpha")
-        expect(page.get_by_text("stopped by a person").first).to_be_visible(timeout=60_000)
-        page.screenshot(path=ARTIFACTS / "2-alpha-stopped.png")
+        alpha = f"{platform.url}/assets/workloads/alpha"
+        show(page, alpha, "stopped by a person", ARTIFACTS / "2-alpha-stopped.png")
 
         assert platform.launch(page, START_JOB_NAME, "alpha", "3-start-launchpad.png") == "SUCCESS"
         wait_until(

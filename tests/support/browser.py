@@ -4,6 +4,7 @@ community dialog out of the way."""
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,3 +51,59 @@ def park(page: Any) -> None:
     2 cores, chromium's CPU for an open page: the runs list ~9 CPU-s a minute and a sensor's
     page ~12 (live updates), an asset's page ~3, a blank page 1.6; a page load ~2.3 CPU-s."""
     page.goto("about:blank")
+
+
+class GraphqlWatch:
+    """The GraphQL requests a page sent and has no answer to yet: what a page stuck loading waits
+    for, named in a test's failure."""
+
+    def __init__(self, page: Any) -> None:
+        self._page, self._open = page, dict[Any, tuple[str, float]]()
+        page.on("request", self._sent)
+        page.on("requestfinished", self._answered)
+        page.on("requestfailed", self._answered)
+
+    def _sent(self, request: Any) -> None:
+        if request.url.endswith("/graphql") and request.method == "POST":
+            body = request.post_data_json or {}
+            name = body.get("operationName") if isinstance(body, dict) else None
+            self._open[request] = (str(name or "?"), time.monotonic())
+
+    def _answered(self, request: Any) -> None:
+        self._open.pop(request, None)
+
+    def waiting(self) -> list[str]:
+        now = time.monotonic()
+        return [f"{name} ({now - sent:.0f} s)" for name, sent in self._open.values()]
+
+    def close(self) -> None:
+        self._page.remove_listener("request", self._sent)
+        self._page.remove_listener("requestfinished", self._answered)
+        self._page.remove_listener("requestfailed", self._answered)
+
+
+def show(page: Any, url: str, text: str, shot: Path, *, tries: int = 3, seconds: int = 30) -> None:
+    """Open ``url`` until ``text`` shows, reloading the page as a person would when it stays
+    blank. Dagster's UI sends no GraphQL query again by itself: one clean-clone run's workload
+    page stayed a skeleton for 60 s with the figures already in the event log. Each try that
+    fails leaves a screenshot beside ``shot``; the failure names the queries left unanswered."""
+    from playwright.sync_api import expect
+
+    watch = GraphqlWatch(page)
+    waited: list[str] = []
+    try:
+        for attempt in range(tries):
+            if attempt == 0:
+                page.goto(url)
+            else:
+                page.reload()
+            try:
+                expect(page.get_by_text(text).first).to_be_visible(timeout=seconds * 1000)
+                page.screenshot(path=shot)
+                return
+            except AssertionError:
+                waited.append(f"try {attempt + 1}: " + (", ".join(watch.waiting()) or "none"))
+                page.screenshot(path=shot.with_name(f"{shot.stem}-try-{attempt + 1}.png"))
+        raise AssertionError(f"{text!r} never showed on {url}; queries unanswered: {waited}")
+    finally:
+        watch.close()

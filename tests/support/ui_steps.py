@@ -17,7 +17,7 @@ from consumers.backends.kafka.consumer import committed_offsets, log_end_offsets
 from consumers.dev.sample import produce_sample
 from orchestration.workloads.assets import LAG_CHECK, workload_key
 from tests.helpers import wait_until
-from tests.support.browser import park
+from tests.support.browser import park, show
 from tests.support.platform_up import Up
 
 ARTIFACTS = Path(os.environ.get("LANEHOUSE_ARTIFACTS", "test-artifacts")) / "ui"
@@ -63,10 +63,9 @@ def still_figures_in_the_ui(page: object, up: Up, url: str) -> None:
     assert (figures["throughput_per_s"], figures["in_flight"]) == (0.0, 0), figures
     behind = latest_end(up) - committed(up)
     assert 0 < figures["lag"] <= behind, (figures["lag"], behind)  # the shop goes on producing
-    page.goto(f"{url}/assets/workloads/clickstream")
+    shot = ARTIFACTS / "6b-stopped-workload-page.png"
+    show(page, f"{url}/assets/workloads/clickstream", "stopped by a person", shot)
     expect(page.get_by_text("lag_from").first).to_be_visible(timeout=30_000)
-    expect(page.get_by_text("stopped by a person").first).to_be_visible(timeout=30_000)
-    page.screenshot(path=ARTIFACTS / "6b-stopped-workload-page.png")
 
 
 def latest_end(up: Up) -> int:
@@ -96,10 +95,9 @@ def workloads_in_the_ui(page: object, up: Up, url: str, workloads: Path) -> None
     from playwright.sync_api import Page, expect
 
     assert isinstance(page, Page)
-    page.goto(f"{url}/assets/workloads/clickstream")
-    expect(page.get_by_text("partition_lag").first).to_be_visible(timeout=30_000)
+    shot = ARTIFACTS / "9-workload-page.png"
+    show(page, f"{url}/assets/workloads/clickstream", "partition_lag", shot)
     expect(page.get_by_text("throughput_per_s").first).to_be_visible(timeout=30_000)
-    page.screenshot(path=ARTIFACTS / "9-workload-page.png")
     park(page)
 
     # A backlog the new workload meets at once: 40,000 clicks more than the shop's.
