@@ -84,9 +84,9 @@ class GraphqlWatch:
 
 def show(page: Any, url: str, text: str, shot: Path, *, tries: int = 3, seconds: int = 30) -> None:
     """Open ``url`` until ``text`` shows, reloading the page as a person would when it stays
-    blank. Dagster's UI sends no GraphQL query again by itself: one clean-clone run's workload
-    page stayed a skeleton for 60 s with the figures already in the event log. Each try that
-    fails leaves a screenshot beside ``shot``; the failure names the queries left unanswered."""
+    blank: in one clean-clone run a workload's page kept only its section headings for 60 s,
+    its figures already in the event log. Each try that fails leaves a screenshot beside
+    ``shot``; the failure names the GraphQL queries left unanswered, for the next such run."""
     from playwright.sync_api import expect
 
     watch = GraphqlWatch(page)
