@@ -65,7 +65,10 @@ class GraphqlWatch:
 
     def _sent(self, request: Any) -> None:
         if request.url.endswith("/graphql") and request.method == "POST":
-            body = request.post_data_json or {}
+            try:
+                body = request.post_data_json or {}
+            except ValueError:  # not JSON: still a query the page waits for
+                body = {}
             name = body.get("operationName") if isinstance(body, dict) else None
             self._open[request] = (str(name or "?"), time.monotonic())
 
