@@ -80,6 +80,10 @@ class Platform:
         }
         self.log = root / "dagster.log"
 
+    def log_tail(self) -> str:
+        """The last lines ``dagster dev`` (webserver, daemon, runs) wrote."""
+        return self.log.read_text(errors="replace")[-4000:]
+
     def committed(self, name: str) -> int:
         offsets = committed_offsets(self.bootstrap, f"hosts.{name}", self.topics[name], PARTITIONS)
         return sum(max(o, 0) for o in offsets.values())
@@ -205,7 +209,8 @@ def test_stop_and_start_one_workload_of_a_host_from_the_ui(platform: Platform, p
             message="alpha's page says it was stopped by a person",
         )
         alpha = f"{platform.url}/assets/workloads/alpha"
-        show(page, alpha, "stopped by a person", ARTIFACTS / "2-alpha-stopped.png")
+        shot = ARTIFACTS / "2-alpha-stopped.png"
+        show(page, alpha, "stopped by a person", shot, log=platform.log_tail)
 
         assert platform.launch(page, START_JOB_NAME, "alpha", "3-start-launchpad.png") == "SUCCESS"
         wait_until(

@@ -3,9 +3,10 @@ community dialog out of the way."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -65,9 +66,11 @@ class GraphqlWatch:
 
     def _sent(self, request: Any) -> None:
         if request.url.endswith("/graphql") and request.method == "POST":
+            # Not ``post_data_json``: it raises on a body that is not JSON, and an exception in a
+            # listener fails whatever the page is doing.
             try:
-                body = request.post_data_json or {}
-            except ValueError:  # not JSON: still a query the page waits for
+                body = json.loads(request.post_data or "{}")
+            except ValueError:
                 body = {}
             name = body.get("operationName") if isinstance(body, dict) else None
             self._open[request] = (str(name or "?"), time.monotonic())
@@ -85,11 +88,21 @@ class GraphqlWatch:
         self._page.remove_listener("requestfailed", self._answered)
 
 
-def show(page: Any, url: str, text: str, shot: Path, *, tries: int = 3, seconds: int = 30) -> None:
+def show(
+    page: Any,
+    url: str,
+    text: str,
+    shot: Path,
+    *,
+    tries: int = 3,
+    seconds: int = 30,
+    log: Callable[[], str] | None = None,
+) -> None:
     """Open ``url`` until ``text`` shows, reloading the page as a person would when it stays
     blank: in one clean-clone run a workload's page kept only its section headings for 60 s,
     its figures already in the event log. Each try that fails leaves a screenshot beside
-    ``shot``; the failure names the GraphQL queries left unanswered, for the next such run."""
+    ``shot``; the failure names the GraphQL queries left unanswered, for the next such run,
+    and ends with ``log()`` (the webserver's last lines)."""
     from playwright.sync_api import expect
 
     watch = GraphqlWatch(page)
@@ -107,6 +120,7 @@ def show(page: Any, url: str, text: str, shot: Path, *, tries: int = 3, seconds:
             except AssertionError:
                 waited.append(f"try {attempt + 1}: " + (", ".join(watch.waiting()) or "none"))
                 page.screenshot(path=shot.with_name(f"{shot.stem}-try-{attempt + 1}.png"))
-        raise AssertionError(f"{text!r} never showed on {url}; queries unanswered: {waited}")
+        said = f"\n{log()}" if log is not None else ""
+        raise AssertionError(f"{text!r} never showed on {url}; queries unanswered: {waited}{said}")
     finally:
         watch.close()

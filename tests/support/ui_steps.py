@@ -64,7 +64,7 @@ def still_figures_in_the_ui(page: object, up: Up, url: str) -> None:
     behind = latest_end(up) - committed(up)
     assert 0 < figures["lag"] <= behind, (figures["lag"], behind)  # the shop goes on producing
     shot = ARTIFACTS / "6b-stopped-workload-page.png"
-    show(page, f"{url}/assets/workloads/clickstream", "stopped by a person", shot)
+    show(page, f"{url}/assets/workloads/clickstream", "stopped by a person", shot, log=up.log)
     expect(page.get_by_text("lag_from").first).to_be_visible(timeout=30_000)
 
 
@@ -96,7 +96,7 @@ def workloads_in_the_ui(page: object, up: Up, url: str, workloads: Path) -> None
 
     assert isinstance(page, Page)
     shot = ARTIFACTS / "9-workload-page.png"
-    show(page, f"{url}/assets/workloads/clickstream", "partition_lag", shot)
+    show(page, f"{url}/assets/workloads/clickstream", "partition_lag", shot, log=up.log)
     expect(page.get_by_text("throughput_per_s").first).to_be_visible(timeout=30_000)
     park(page)
 
