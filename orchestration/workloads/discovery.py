@@ -197,6 +197,7 @@ def _evaluate(
     watch.members_written(changed)
     host_runs = collect_host_runs(instance, state.hosts, state.watermark)
     hosts = decide_hosts(plan.members, state.hosts, host_runs, now, policy)
+    live = {run.run_id for run in host_runs if run.active}
     for abandoned in (*decision.abandons, *hosts.abandons):
         abandon(instance, context.log, abandoned)
     for cancel in (*decision.cancels, *hosts.cancels):
@@ -216,14 +217,14 @@ def _evaluate(
         partition_requests.append(
             WORKLOAD_PARTITIONS.build_add_request(list(decision.add_partitions))
         )
-    if decision.delete_partitions:
-        partition_requests.append(
-            WORKLOAD_PARTITIONS.build_delete_request(list(decision.delete_partitions))
-        )
-        # A removed workload's page goes with it, as the catalog keeps listing an asset with
-        # events after its definition is gone. Its landed dataset stays: the lake keeps it.
-        instance.wipe_assets([workload_key(name) for name in decision.delete_partitions])
-        context.log.info(f"removed from the catalog: {', '.join(decision.delete_partitions)}")
+    # A removed workload's page goes with it, as the catalog keeps listing an asset with events
+    # after its definition is gone; once its host drained it, as its last report is an event.
+    # Its landed dataset stays: the lake keeps it.
+    held = _draining(instance, decision.delete_partitions, live)
+    if gone := [name for name in decision.delete_partitions if name not in held]:
+        partition_requests.append(WORKLOAD_PARTITIONS.build_delete_request(gone))
+        instance.wipe_assets([workload_key(name) for name in gone])
+        context.log.info(f"removed from the catalog: {', '.join(gone)}")
     new_hosts = {launch.workload for launch in hosts.launches}
     new_hosts -= set(instance.get_dynamic_partitions(HOST_PARTITIONS.name or ""))
     if new_hosts:
@@ -256,12 +257,7 @@ def _evaluate(
     # A person's stop of a hosted workload: "stopping" while its host run, still going, drains
     # it, so the page's still figures come after the host's last report of it (else they stood
     # behind it for a refresh interval, ~60 s).
-    live = {run.run_id for run in host_runs if run.active}
-    draining = {
-        name
-        for name, member in read_statuses(instance, stopped).items()
-        if member.state == "running" and member.run_id in live
-    }
+    draining = _draining(instance, stopped, live)
     phases = {
         **decision.phases,
         **hosted,
@@ -352,6 +348,16 @@ def _with_heartbeats(instance: DagsterInstance, records: Iterable[RunRecord]) ->
         replace(run, heartbeat=beat.beat) if (beat := beats.get(run.run_id)) else run
         for run in runs
     ]
+
+
+def _draining(instance: DagsterInstance, names: Iterable[str], live: set[str]) -> set[str]:
+    """Those of ``names`` that a host run, still going, runs yet: it has their last report to
+    write, and writes ``stopped`` once it drained one."""
+    return {
+        name
+        for name, member in read_statuses(instance, names).items()
+        if member.state == "running" and member.run_id in live
+    }
 
 
 def rewinding(instance: DagsterInstance) -> frozenset[str]:

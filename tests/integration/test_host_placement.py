@@ -96,6 +96,32 @@ def test_workloads_share_hosts_and_arrivals_and_departures_restart_nothing(
     assert len(host_runs(instance)) == 2  # an empty host is not started again
 
 
+def test_a_removed_hosted_workload_leaves_the_catalog_once_its_host_drained_it(
+    instance: DagsterInstance, directory: Path
+) -> None:
+    """Its host writes its last report while it drains it: wiping its page before would bring
+    the page back with that report."""
+    platform = Platform(instance, directory, host_budget=5)
+    for name in ("a", "b"):
+        platform.write(name)
+    platform.tick()
+    [host] = host_runs(instance)
+    for name in ("a", "b"):
+        write_status(
+            instance, name, MemberStatus(host="host.0", run_id=host.run_id, state="running")
+        )
+    (directory / "a.yaml").unlink()
+    platform.now += 10
+    platform.tick()
+    assert members(platform, "host.0") == {"b"}
+    assert platform.partitions() == {"a", "b"}, "removed while its host still runs it"
+    write_status(instance, "a", MemberStatus(host="host.0", run_id=host.run_id, state="stopped"))
+    platform.now += 10
+    platform.tick()
+    assert platform.partitions() == {"b"}
+    assert "removed from the catalog: a" in platform.log_text()
+
+
 def test_a_crashed_host_restarts_after_backoff_and_a_person_stop_holds(
     instance: DagsterInstance, directory: Path
 ) -> None:
