@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import DagsterInstance, DagsterRunStatus, RunRecord, RunsFilter
 from pydantic import BaseModel, ConfigDict
 
 from consumers import WorkloadSpec
@@ -172,14 +172,20 @@ def _hosted(
     member: MemberStatus | None,
     now: datetime,
 ) -> WorkloadStatus:
-    """A workload stopped with ``stop_workload``, or one in a host run: its phase and figures
-    come from the host's report of it, not from runs of its own."""
+    """A workload stopped with ``stop_workload``, or one in a host run: its phase, run,
+    heartbeat and figures are its host run's and come from the host's report of it, not from
+    runs of its own."""
     if stopped:
         note = f"stopped by a person with {STOP_JOB_NAME}: launch {START_JOB_NAME} to resume"
         return status.model_copy(update={"phase": "stopped", "note": note})
     if member is None:
         return status.model_copy(update={"phase": "starting", "note": "placed on a host run"})
-    host_run = instance.get_run_by_id(member.run_id) if member.run_id else None
+    record = instance.get_run_record_by_id(member.run_id) if member.run_id else None
+    host_run = record.dagster_run if record is not None else None
+    if record is not None:
+        beat = read_heartbeats(instance, [member.host]).get(member.run_id)
+        age = max(now.timestamp() - beat.at, 0.0) if beat is not None and beat.at else None
+        status = status.model_copy(update={"run": _summary(record), "heartbeat_age": age})
     if member.state != "stopped" and (host_run is None or host_run.is_finished):
         # Its host ended (a person's terminate, a crash) without writing its state again.
         ended = host_run.status.value if host_run is not None else "gone"
@@ -240,26 +246,25 @@ def _runs(instance: DagsterInstance, name: str, limit: int) -> list[RunSummary]:
     records = {r.dagster_run.run_id: r for r in instance.get_run_records(live)}
     for record in instance.get_run_records(runs, limit=limit):
         records.setdefault(record.dagster_run.run_id, record)
-    summaries = []
-    for record in sorted(records.values(), key=lambda r: r.storage_id, reverse=True):
-        run = record.dagster_run
-        tags = run.tags
-        restarts = tags.get(RESTARTS_TAG, "0")
-        summaries.append(
-            RunSummary(
-                run_id=run.run_id,
-                replica=replica_of(tags),
-                status=run.status.value,
-                created_at=_aware(record.create_timestamp),
-                ended_at=_stamp(record.end_time),
-                generation=tags.get(GENERATION_TAG),
-                restarts=int(restarts) if restarts.isdecimal() else 0,
-                crash_loop=tags.get(CRASH_LOOP_TAG) == "true",
-                stop_reason=stop_reason_of(run.run_id, tags),
-                by_sensor=GENERATION_TAG in tags and PARENT_RUN_TAG not in tags,
-            )
-        )
-    return summaries
+    return [_summary(r) for r in sorted(records.values(), key=lambda r: r.storage_id, reverse=True)]
+
+
+def _summary(record: RunRecord) -> RunSummary:
+    run = record.dagster_run
+    tags = run.tags
+    restarts = tags.get(RESTARTS_TAG, "0")
+    return RunSummary(
+        run_id=run.run_id,
+        replica=replica_of(tags),
+        status=run.status.value,
+        created_at=_aware(record.create_timestamp),
+        ended_at=_stamp(record.end_time),
+        generation=tags.get(GENERATION_TAG),
+        restarts=int(restarts) if restarts.isdecimal() else 0,
+        crash_loop=tags.get(CRASH_LOOP_TAG) == "true",
+        stop_reason=stop_reason_of(run.run_id, tags),
+        by_sensor=GENERATION_TAG in tags and PARENT_RUN_TAG not in tags,
+    )
 
 
 def _aware(moment: datetime) -> datetime:

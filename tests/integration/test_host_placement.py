@@ -14,6 +14,7 @@ import pytest
 from dagster import DagsterInstance, DagsterRun, RunsFilter, instance_for_test
 
 from orchestration.workloads.discovery_model import DiscoveryState
+from orchestration.workloads.heartbeat import write_heartbeat
 from orchestration.workloads.host_store import MemberStatus, read_members, write_status
 from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,
@@ -264,6 +265,13 @@ def test_lanehouse_workloads_shows_a_hosted_workload_as_its_host_reports_it(
     }
     assert (statuses["a"].phase, statuses["a"].replicas_running) == ("running", 1)
     assert statuses["a"].note == f"in host run host.0 ({host.run_id})"
+    # Its run and heartbeat are its host's (the host run beats under the host's name).
+    write_heartbeat(instance, "host.0", host.run_id, 1)
+    [a] = collect_statuses(
+        instance, directory, ["a"], cursor=cursor, measure=lambda _: platform.lag
+    )
+    assert a.run is not None and (a.run.run_id, a.run.status) == (host.run_id, "STARTED")
+    assert a.heartbeat_age is not None and 0 <= a.heartbeat_age < 60
     assert statuses["b"].phase == "waiting"
     assert "failure 2: BrokerError: gone" in (statuses["b"].note or "")
     assert statuses["c"].phase == "stopped" and "start_workload" in (statuses["c"].note or "")
@@ -274,6 +282,7 @@ def test_lanehouse_workloads_shows_a_hosted_workload_as_its_host_reports_it(
         instance, directory, ["a"], cursor=cursor, measure=lambda _: platform.lag
     )
     assert (a.phase, a.note) == ("stopped", f"its host run host.0 ({host.run_id}) ended: CANCELED")
+    assert a.run is not None and a.run.status == "CANCELED"
 
 
 def test_a_new_host_is_written_beside_existing_ones(
