@@ -53,6 +53,7 @@ from orchestration.workloads.job import (
     StopRequests,
     beat,
     stop_signals,
+    stopped_line,
     watch_run_status,
 )
 from orchestration.workloads.names import HOST_JOB_NAME, HOST_PARTITIONS_NAME, workloads_dir
@@ -244,12 +245,7 @@ async def serve_host(
         status = "failed"
         try:
             for summary in await engine:
-                counters = summary.counters
-                context.log.info(
-                    f"host {host.host}: workload {summary.name} ran {summary.seconds:.1f}s: "
-                    f"{counters['completed']} records completed, {counters['commits']} commits "
-                    f"({counters['commit_failures']} failed)"
-                )
+                context.log.info(f"host {host.host}: {stopped_line(summary)}")
             status = "stopped"
         finally:
             for task in helpers:

@@ -321,14 +321,20 @@ def consume(context: OpExecutionContext, config: ConsumerRunConfig) -> None:
         context.log.error(f"workload {name}: stopped by an error: {exc!r}")
         raise
     for summary in summaries:
-        counters = summary.counters
-        context.log.info(
-            f"workload {name}: stopped after {summary.seconds:.1f}s: "
-            f"{counters['completed']} records completed, {counters['failed']} failed attempts, "
-            f"{counters['commits']} commits ({counters['commit_failures']} failed)"
-        )
+        context.log.info(stopped_line(summary))
     if stop.requested:
         _end_stopped(context, name, drained=not stop.immediate)
+
+
+def stopped_line(summary: WorkloadSummary) -> str:
+    """A workload's last words in its run's log, one form for runs of its own and host runs:
+    what it did, and whether its commits went through."""
+    counters = summary.counters
+    return (
+        f"workload {summary.name}: stopped after {summary.seconds:.1f}s: "
+        f"{counters['completed']} records completed, {counters['failed']} failed attempts, "
+        f"{counters['commits']} commits ({counters['commit_failures']} failed)"
+    )
 
 
 def _end_stopped(context: OpExecutionContext, name: str, drained: bool) -> None:
