@@ -85,7 +85,7 @@ def run_endpoints(
     endpoints = RunEndpoints(
         url, server.tap.how(url, "<workload>" if host else workload), server.tap
     )
-    target = _write_target(context.run_id, workload, replica, address)
+    target = _write_target(context.run_id, workload, replica, address, host)
     try:
         context.instance.add_run_tags(context.run_id, {HTTP_TAG: url, TAP_TAG: endpoints.tap})
         who = f"host {workload}" if host else f"workload {workload}"
@@ -97,14 +97,23 @@ def run_endpoints(
             target.unlink(missing_ok=True)
 
 
-def _write_target(run_id: str, workload: str, replica: int, address: str) -> Path | None:
-    """A ``file_sd`` file naming this run's address, written atomically; None when not asked."""
+def _write_target(
+    run_id: str, workload: str, replica: int, address: str, host: bool
+) -> Path | None:
+    """A ``file_sd`` file naming this run's address, written atomically; None when not asked.
+    A host run's target is labelled ``host``, not ``workload``: its series carry their own
+    ``workload`` label, which a target label of the same name would rename to
+    ``exported_workload``."""
     directory = os.environ.get(TARGETS_ENV, "").strip()
     if not directory:
         return None
     path = Path(directory) / f"{run_id}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    labels = {"workload": workload, "replica": str(replica), "dagster_run_id": run_id}
+    labels = (
+        {"host": workload, "dagster_run_id": run_id}
+        if host
+        else {"workload": workload, "replica": str(replica), "dagster_run_id": run_id}
+    )
     temporary = path.with_name(f".{path.name}.tmp")
     temporary.write_text(json.dumps([{"targets": [address], "labels": labels}]))
     temporary.replace(path)
