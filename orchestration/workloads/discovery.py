@@ -1,12 +1,14 @@
-"""The workload discovery sensor: ``replicas`` runs of ``consume_workload`` per enabled workload.
+"""The workload discovery sensor: host runs for most workloads, runs of their own for the rest.
 
 Every tick (10 s apart by default; ``LANEHOUSE_SENSOR_SECONDS``) it reads the workloads directory
 (:mod:`orchestration.workloads.registry`), registers each valid workload as a ``workloads`` partition, and
 starts, restarts and stops the consumer runs. The decisions are a pure function
 (:func:`orchestration.workloads.decisions.decide`); this module gathers its inputs from the instance
-and applies its outputs. With ``LANEHOUSE_HOST_WORKLOADS`` above 0 it also places workloads on
-``consume_host`` runs and keeps those (:mod:`orchestration.workloads.hosts`), and a workload
-stopped with ``stop_workload`` gets no run at all.
+and applies its outputs. It places every workload that needs no process of its own on
+``consume_host`` runs, ``LANEHOUSE_HOST_WORKLOADS`` (50) to a run, and keeps those
+(:mod:`orchestration.workloads.hosts`); the others get ``replicas`` runs of ``consume_workload``
+(:func:`~orchestration.workloads.placement.own_run_reason`; all of them when the variable is 0).
+A workload stopped with ``stop_workload`` gets no run at all.
 
 What an operator sees:
 
@@ -139,10 +141,12 @@ def build_discovery_sensor(
         minimum_interval_seconds=interval,
         default_status=DefaultSensorStatus.RUNNING,
         description=(
-            "Registers every workload spec as a 'workloads' partition and keeps one "
-            f"{CONSUMER_JOB_NAME} run per enabled workload: starts new ones, restarts crashed "
-            "ones with backoff, stops removed, disabled and changed ones. A run you terminate "
-            "stays stopped until you launch its partition again or change its spec."
+            "Registers every workload spec as a 'workloads' partition and keeps enabled "
+            f"workloads running: most share {HOST_JOB_NAME} runs, the rest (run: own, replicas, "
+            f"executor: process) get {CONSUMER_JOB_NAME} runs of their own. Starts new ones, "
+            "restarts crashed ones with backoff, stops removed, disabled and changed ones. A "
+            "run you terminate stays stopped until you launch its partition again or change "
+            "its spec; stop_workload stops one workload wherever it runs."
         ),
     )
     def workload_discovery(context: SensorEvaluationContext) -> SensorResult:

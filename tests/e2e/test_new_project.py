@@ -1,8 +1,9 @@
 """Lanehouse in a new Dagster project, as a new user meets it: the wheel, ``create-dagster``,
 the component declared in ``defs.yaml``, one workload spec and handler of the user's own, one
 asset of the user's own downstream of its landed dataset. Then ``dg check defs`` passes, the
-discovery sensor's tick (under ``dg dev``) launches the consumer run, records produced to the
-embedded Kafka land, and the user's asset materializes from them."""
+discovery sensor's tick (under ``dg dev``) places the workload on a host run (the default for a
+workload that needs no process of its own), records produced to the embedded Kafka land, and
+the user's asset materializes from them."""
 
 from __future__ import annotations
 
@@ -129,7 +130,7 @@ def landed_rows(lake: Path) -> int:
 
 
 def landed_reported(home: Path, day: str) -> int | None:
-    """The row count of the consumer run's latest report of ``day`` of ``landed_audit_log``."""
+    """The row count of the host run's latest report of ``day`` of ``landed_audit_log``."""
     with dagster.DagsterInstance.from_config(str(home)) as instance:
         event = instance.get_latest_materialization_event(dagster.AssetKey("landed_audit_log"))
     if event is None or event.asset_materialization is None:
@@ -139,9 +140,9 @@ def landed_reported(home: Path, day: str) -> int | None:
     return rows.value if materialization.partition == day and rows is not None else None  # type: ignore[return-value]
 
 
-def consumer_runs(home: Path) -> list[dagster.DagsterRun]:
+def runs_of(home: Path, job: str) -> list[dagster.DagsterRun]:
     with dagster.DagsterInstance.from_config(str(home)) as instance:
-        return list(instance.get_runs(dagster.RunsFilter(job_name="consume_workload")))
+        return list(instance.get_runs(dagster.RunsFilter(job_name=job)))
 
 
 def test_a_new_project_runs_a_workload_and_its_own_asset_from_the_wheel(
@@ -183,13 +184,14 @@ def test_a_new_project_runs_a_workload_and_its_own_asset_from_the_wheel(
     )
     try:
         wait_until(
-            lambda: any(r.status.value == "STARTED" for r in consumer_runs(project.home)),
+            lambda: any(r.status.value == "STARTED" for r in runs_of(project.home, "consume_host")),
             timeout=180,
             interval=1,
-            message="the discovery sensor launched the audit consumer run and it started",
+            message="the discovery sensor launched a host run for audit and it started",
         )
-        (run,) = consumer_runs(project.home)
-        assert run.tags["dagster/partition"] == "audit"
+        (run,) = runs_of(project.home, "consume_host")
+        assert run.tags["dagster/partition"] == "host.0"
+        assert runs_of(project.home, "consume_workload") == [], "a hosted workload has no run"
         wait_until(
             lambda: landed_rows(project.root / "lake") == RECORDS,
             timeout=120,
@@ -201,7 +203,7 @@ def test_a_new_project_runs_a_workload_and_its_own_asset_from_the_wheel(
             lambda: landed_reported(project.home, day) == RECORDS,
             timeout=60,
             interval=0.5,
-            message=f"the consumer run reported landed_audit_log {day} with {RECORDS} rows",
+            message=f"the host run reported landed_audit_log {day} with {RECORDS} rows",
         )
         project.run(
             project.python, "-m", "dagster", "asset", "materialize",

@@ -1,9 +1,10 @@
 """``lanehouse up`` for real, one platform from a clean state dir through three tests, in
 order (a platform takes 22 s to start alone, ~40 s in the suite, so the tests share one):
 
-1. Brokers, producers and ``dagster dev`` come up; the discovery sensor starts a consumer run per
-   workload; ``lanehouse workloads`` shows their progress and heartbeats; both lease from the one
-   shared permit pool; each serves ``/metrics``, found by Prometheus through file_sd targets;
+1. Brokers, producers and ``dagster dev`` come up; the discovery sensor starts clickstream's run
+   of its own (``run: own``) and a host run for orders (the default); ``lanehouse workloads``
+   shows their progress and heartbeats; both lease from the one shared permit pool; each run
+   serves ``/metrics``, found by Prometheus through file_sd targets (a host's labelled ``host``);
    nothing listens beyond loopback; a rewind drains the run, rewinds the group and the sensor
    starts it again; a ``kill -9`` of a run is followed by its replacement.
 2. The Dagster UI in a real browser (Debian chromium driven by playwright): the workloads' runs
@@ -155,7 +156,7 @@ def test_up_runs_every_workload_on_loopback_through_a_rewind_and_a_kill(
     assert {name: (w["phase"], w["run"]["run_id"]) for name, w in listed.items()} == {
         name: ("running", run_id) for name, run_id in first.items()
     }
-    # Each consumer run is its own process; both lease from the one shared pool.
+    # clickstream's run and orders' host run are two processes; both lease from the one pool.
     leases = up.permit_leases()
     assert sorted(lease["workload"] for lease in leases) == sorted(WORKLOADS), leases
     assert len({lease["holder"] for lease in leases}) == len(WORKLOADS), leases
@@ -163,16 +164,21 @@ def test_up_runs_every_workload_on_loopback_through_a_rewind_and_a_kill(
         assert 0 <= workload["heartbeat_age"] < 60, workload
         assert [p["topic"] for p in workload["progress"]] == workload["topics"]
         assert sum(p["records_completed"] for p in workload["progress"]) > 0, workload
-    # Every consumer run serves its metrics; Prometheus finds them through file_sd targets.
+    # Every run serves its metrics; Prometheus finds them through file_sd targets. A host's
+    # target is labelled with the host, so its series keep their own workload label.
     assert "file_sd_configs" in up.log()
     targets = [json.loads(p.read_text()) for p in (up.state / "prometheus").glob("*.json")]
-    by_workload = {t[0]["labels"]["workload"]: t[0]["targets"][0] for t in targets}
-    assert set(by_workload) == set(WORKLOADS), targets
-    for workload, address in by_workload.items():
-        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
-            assert f'lanehouse_records_completed_total{{workload="{workload}"}}' in (
-                reply.read().decode()
-            )
+    served: dict[str, dict[str, str]] = {}
+    for [target] in targets:
+        with urllib.request.urlopen(f"http://{target['targets'][0]}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+        for name in WORKLOADS:
+            if f'lanehouse_records_completed_total{{workload="{name}"}}' in text:
+                served[name] = {k: v for k, v in target["labels"].items() if k != "dagster_run_id"}
+    assert served == {
+        "clickstream": {"workload": "clickstream", "replica": "0"},
+        "orders": {"host": "host.0"},
+    }, targets
     # Nothing `up` started listens beyond loopback: brokers, UI, runs' endpoints.
     found = listeners(platform.proc.pid)
     assert [str(listener) for listener in found if not listener.loopback] == [], found
@@ -202,8 +208,8 @@ def test_the_ui_shows_the_platform_and_a_terminated_run_resumes_in_one_click(
     wait_until(lambda: committed(up) > 0, timeout=60, message="clickstream committed")
 
     page.goto(f"{url}/runs")
-    for workload in WORKLOADS:
-        expect(page.get_by_text(f"partition: {workload}").first).to_be_visible(timeout=30_000)
+    for partition in ("clickstream", "host.0"):  # orders runs in the host run
+        expect(page.get_by_text(f"partition: {partition}").first).to_be_visible(timeout=30_000)
     page.screenshot(path=ARTIFACTS / "1-runs-in-progress.png")
 
     page.goto(f"{url}/locations/lanehouse/sensors/workload_discovery")
@@ -299,11 +305,11 @@ def test_ctrl_c_stops_runs_first_and_the_next_up_starts_them_again_even_after_a_
     assert set(stopped.runs.values()) == {"SUCCESS"}, stopped
     assert set(first.values()) <= set(stopped.runs), (first, stopped)
     commits: Counter[str] = Counter()
-    for run_id in stopped.runs:
-        [(name, (made, failed))] = up.final_commits(run_id).items()
-        assert failed == 0, (run_id, name, made, failed)
-        commits[name] += made
-    assert set(commits) == set(WORKLOADS) and min(commits.values()) > 0, commits
+    for run_id in stopped.runs:  # the host run also says so of the workload the UI test removed
+        for name, (made, failed) in up.final_commits(run_id).items():
+            assert failed == 0, (run_id, name, made, failed)
+            commits[name] += made
+    assert set(WORKLOADS) <= set(commits) and min(commits.values()) > 0, commits
     log = up.log()
     terminating = f"terminating {len(stopped.runs)} consumer run(s)"
     assert log.index(terminating) < log.index("dagster dev stopped")

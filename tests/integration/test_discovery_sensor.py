@@ -402,12 +402,17 @@ def test_two_hundred_workloads_tick_in_bounded_cpu_time(platform: Platform) -> N
 def test_the_sensor_daemon_accepts_what_the_sensor_returns(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The real daemon iteration: partitions added, runs queued with run key and tags, stops."""
+    """The real daemon iteration: partitions added, runs queued with run key and tags, stops;
+    a host run queued for a workload that needs no run of its own (the default)."""
     directory = tmp_path / "workloads"
     directory.mkdir()
     monkeypatch.setenv("LANEHOUSE_WORKLOADS", str(directory))
+    own = "run: own\n"
     (directory / "orders.yaml").write_text(
-        SPEC.format(name="orders", concurrency=1, enabled="true", replicas=1)
+        SPEC.format(name="orders", concurrency=1, enabled="true", replicas=1) + own
+    )
+    (directory / "audit.yaml").write_text(
+        SPEC.format(name="audit", concurrency=1, enabled="true", replicas=1)
     )
     origin = LoadableTargetOrigin(
         python_file=discovery_defs.__file__, attribute="defs", working_directory=os.getcwd()
@@ -429,12 +434,14 @@ def test_the_sensor_daemon_accepts_what_the_sensor_returns(
         start = time.time()
         (first,) = iterate(start)  # default_status=RUNNING: nobody had to start it
         assert first.status == S.QUEUED
-        assert instance.get_dynamic_partitions("workloads") == ["orders"]
+        assert sorted(instance.get_dynamic_partitions("workloads")) == ["audit", "orders"]
+        (host,) = instance.get_runs(RunsFilter(job_name=HOST_JOB_NAME))
+        assert (host.status, host.tags[PARTITION_TAG]) == (S.QUEUED, "host.0")
         assert first.tags[PARTITION_TAG] == "orders"
         assert first.tags[RUN_KEY_TAG] == f"orders:{first.tags[SPEC_HASH_TAG]}:1"
 
         (directory / "orders.yaml").write_text(
-            SPEC.format(name="orders", concurrency=2, enabled="true", replicas=1)
+            SPEC.format(name="orders", concurrency=2, enabled="true", replicas=1) + own
         )
         (first,) = iterate(start + 15)  # a queued run is canceled at once by the queue
         assert (first.status, first.tags[STOP_REASON_TAG]) == (S.CANCELED, "spec_changed")

@@ -77,7 +77,8 @@ class Daemon:
     error: BaseException | None = None
 
     def __post_init__(self) -> None:
-        self.sensor = build_discovery_sensor(self.workloads, policy=POLICY)
+        # Runs of consume_workload only, also at replicas: 1 (hosts have their own tests).
+        self.sensor = build_discovery_sensor(self.workloads, policy=POLICY, host_budget=0)
         self.defs = Definitions(jobs=[consumer_job], sensors=[self.sensor])
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="sensor-daemon", daemon=True)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import psutil  # type: ignore[import-untyped]  # no stubs installed
 
 from orchestration.graphql import graphql
-from orchestration.workloads.names import CONSUMER_JOB_NAME
+from orchestration.workloads.names import CONSUMER_JOB_NAME, HOST_JOB_NAME
 from tests.helpers import free_port, wait_until
 
 if TYPE_CHECKING:
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[2]
 WORKLOADS = ("clickstream", "orders")
+#: Workloads the tests add while the platform runs (``tests/support/ui_steps.py``).
+EXTRA_WORKLOADS = ("added",)
 BROKERS = ("tansu", "pulsar-lite")  # the embedded brokers' executables
 #: A consumer run's last words (orchestration/workloads/job.py), one per source.
 STOPPED_LINE = re.compile(
@@ -114,7 +116,8 @@ class Up:
 
     def runs(self) -> list[dict[str, Any]]:
         data = self.graphql(
-            "{ runsOrError { ... on Runs { results { runId status tags { key value } } } } }"
+            "{ runsOrError { ... on Runs { results { runId jobName status tags { key value } } "
+            "} } }"
         )
         return [
             {**run, "tags": {t["key"]: t["value"] for t in run["tags"]}}
@@ -122,19 +125,34 @@ class Up:
         ]
 
     def started(self) -> dict[str, str]:
-        """Running consumer runs by workload (none while the UI is not answering yet)."""
+        """The STARTED run each workload runs in, by workload: its own run, or the host run
+        that says the workload is running in it (none while the UI is not answering yet)."""
+        from dagster import DagsterInstance
+
+        from orchestration.workloads.host_store import read_statuses
+
         try:
-            runs = self.runs()
+            runs = [run for run in self.runs() if run["status"] == "STARTED"]
         except OSError:  # URLError included
             return {}
-        return {
+        found = {
             # a run launched from the launchpad has only the partition tag
             run["tags"].get("lanehouse/workload", run["tags"].get("dagster/partition")): run[
                 "runId"
             ]
             for run in runs
-            if run["status"] == "STARTED"
+            if run["jobName"] == CONSUMER_JOB_NAME
         }
+        hosts = {run["runId"] for run in runs if run["jobName"] == HOST_JOB_NAME}
+        if hosts:
+            with DagsterInstance.from_config(str(self.state / "dagster")) as instance:
+                statuses = read_statuses(instance, [*WORKLOADS, *EXTRA_WORKLOADS])
+            found |= {
+                name: status.run_id
+                for name, status in statuses.items()
+                if status.state == "running" and status.run_id in hosts
+            }
+        return found
 
     def wait_settled(self) -> None:
         """Until every example workload runs and no run is on its way in or out (a run the
@@ -228,7 +246,7 @@ class Up:
     def stop(self, proc: subprocess.Popen[bytes], sig: int = signal.SIGINT) -> Stopped:
         """Stop ``lanehouse up`` cleanly: SIGINT (or SIGHUP) to its whole process group, as a
         terminal's Ctrl-C (or hangup) does; any other signal to it alone, as ``kill``. Watches
-        its consumer runs and brokers until it exits with status 0, then waits for every
+        its consumer and host runs and brokers until it exits with status 0, then waits for every
         process it started."""
         from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
@@ -239,8 +257,11 @@ class Up:
         assert sorted(map(_program, brokers)) == sorted(BROKERS), descendants
         with DagsterInstance.from_config(str(self.state / "dagster")) as instance:
             statuses = [DagsterRunStatus(status) for status in ACTIVE_STATUSES]
-            active = RunsFilter(job_name=CONSUMER_JOB_NAME, statuses=statuses)
-            run_ids = [run.run_id for run in instance.get_runs(active)]
+            run_ids = [
+                run.run_id
+                for job_name in (CONSUMER_JOB_NAME, HOST_JOB_NAME)
+                for run in instance.get_runs(RunsFilter(job_name=job_name, statuses=statuses))
+            ]
             if sig in (signal.SIGINT, signal.SIGHUP):
                 os.killpg(proc.pid, sig)
             else:
