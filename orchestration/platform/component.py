@@ -6,6 +6,7 @@
       lake: .lanehouse/lake         # where landed files and tables live
       dagster_url: http://127.0.0.1:3000
       datasets: [clickstream]       # landed datasets your own assets read
+      host_workloads: 50            # workloads per host run; 0: a run each
 
 Relative paths are read from the project's root. The fields are checked when the location
 loads (``dg check defs`` shows a bad one with its line); everything else is
@@ -44,6 +45,13 @@ class LanehouseComponent(Component, Model, Resolvable):
         description="Landed datasets your own assets read, defined before any spec lands there.",
     )
 
+    host_workloads: int | None = Field(
+        default=None,
+        ge=0,
+        description="Workloads per host run (default: LANEHOUSE_HOST_WORKLOADS, else 50); 0 "
+        "gives every workload a run of its own.",
+    )
+
     @field_validator("dagster_url")
     @classmethod
     def _url(cls, url: str | None) -> str | None:
@@ -67,4 +75,5 @@ class LanehouseComponent(Component, Model, Resolvable):
             lake=root / self.lake if self.lake else None,
             dagster_url=self.dagster_url,
             datasets=self.datasets,
+            host_workloads=self.host_workloads,
         )

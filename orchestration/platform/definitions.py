@@ -5,8 +5,9 @@
 - one asset per workload (``workloads/<name>``, its page in the UI) with its checks; the
   discovery sensor reloads the code location when the workload files no longer match what was
   loaded (:mod:`orchestration.workloads.reload`);
-- the consumer job (one long-running run per workload partition) and the discovery sensor,
-  which keeps one consumer run per enabled workload;
+- the host job (long-running runs of up to ``host_workloads`` workloads each), the consumer job
+  (runs of one workload, for those that need a process of their own) and the discovery sensor,
+  which places and keeps every enabled workload in them;
 - the rewind job, the dead-letter replay job and its schedule (off until switched on in the UI).
 
 A pipeline (the shop's Spark assets, or a team's own) is merged next to it with
@@ -23,7 +24,7 @@ from dagster import Definitions
 from orchestration import settings
 from orchestration.platform.catalog import landed_assets, topic_assets
 from orchestration.workloads.assets import workload_assets
-from orchestration.workloads.discovery import workload_discovery_sensor
+from orchestration.workloads.discovery import build_discovery_sensor, workload_discovery_sensor
 from orchestration.workloads.health import workload_checks
 from orchestration.workloads.host_job import host_job
 from orchestration.workloads.job import consumer_job
@@ -40,17 +41,21 @@ def lanehouse_definitions(
     lake: Path | str | None = None,
     dagster_url: str | None = None,
     datasets: Iterable[str] = (),
+    host_workloads: int | None = None,
 ) -> Definitions:
     """The platform for the specs in ``workloads``, landing into ``lake``; ``dagster_url`` lets
     the discovery sensor reload the location when the spec files change.
 
     Each of them left out comes from the environment (:mod:`orchestration.settings`).
     ``datasets``: landed datasets your own assets read, defined even before a spec lands there.
-    Raises ``ValueError`` naming a bad value; a missing ``workloads`` directory given here is
-    one (from the environment it means no workloads yet).
+    ``host_workloads``: workloads per host run (default ``LANEHOUSE_HOST_WORKLOADS``, else 50; 0
+    gives every workload a run of its own). Raises ``ValueError`` naming a bad value; a missing
+    ``workloads`` directory given here is one (from the environment it means no workloads yet).
     """
     if workloads is not None and not Path(workloads).expanduser().is_dir():
         raise ValueError(f"workloads directory {workloads} does not exist (or is not a directory)")
+    if host_workloads is not None and host_workloads < 0:
+        raise ValueError(f"host_workloads={host_workloads}: expected 0 (off) or more workloads")
     places = settings.configure(workloads=workloads, lake=lake, dagster_url=dagster_url)
     directory = places.workloads
     specs = read_registry(directory).specs() if directory.is_dir() else []
@@ -71,5 +76,9 @@ def lanehouse_definitions(
             start_workload_job,
         ],
         schedules=[dead_letter_replay_schedule],
-        sensors=[workload_discovery_sensor],
+        sensors=[
+            workload_discovery_sensor
+            if host_workloads is None
+            else build_discovery_sensor(host_budget=host_workloads)
+        ],
     )

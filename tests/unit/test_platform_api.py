@@ -105,9 +105,42 @@ def test_places_not_given_come_from_the_environment(
 
 
 @pytest.mark.parametrize(
+    ("budget", "launched"),
+    [
+        (None, [("consume_host", "host.0")]),  # LANEHOUSE_HOST_WORKLOADS, else 50
+        (1, [("consume_host", "host.0"), ("consume_host", "host.1")]),
+        (0, [("consume_workload", "audit"), ("consume_workload", "ledger")]),
+    ],
+)
+def test_host_workloads_sets_how_many_workloads_share_a_host_run(
+    tmp_path: Path, budget: int | None, launched: list[tuple[str, str]]
+) -> None:
+    from orchestration.platform import lanehouse_definitions
+
+    directory = workloads(tmp_path)
+    ledger = {**SPEC, "name": "ledger", "landing": {"dataset": "ledger"}}
+    (directory / "ledger.yaml").write_text(yaml.safe_dump(ledger))
+    defs = lanehouse_definitions(directory, lake=tmp_path / "lake", host_workloads=budget)
+    assert first_launches(defs) == launched
+
+
+def first_launches(defs: Any) -> list[tuple[str, str | None]]:
+    """The runs the discovery sensor's first tick launches: (job, partition)."""
+    from dagster import instance_for_test
+
+    from tests.support.sensor_platform import daemon_context
+
+    sensor = defs.get_sensor_def("workload_discovery")
+    with instance_for_test() as instance:
+        tick = sensor.evaluate_tick(daemon_context(instance, None, defs))
+    return sorted((r.job_name, r.partition_key) for r in tick.run_requests or [])
+
+
+@pytest.mark.parametrize(
     ("given", "said"),
     [
         ({"workloads": "missing"}, "does not exist"),
+        ({"host_workloads": -1}, "host_workloads=-1"),
         ({"dagster_url": "127.0.0.1:3000"}, "expected an http(s) address"),
         ({"datasets": ["Bad-Name"]}, "'Bad-Name' is not allowed"),
     ],
@@ -153,9 +186,11 @@ def test_the_component_from_a_defs_yaml() -> None:
         "lake": "lake",
         "dagster_url": "http://127.0.0.1:3999",
         "datasets": ["reports"],
+        "host_workloads": 0,
     }
     with declared(attributes) as (root, load), load() as (component, defs):
         assert isinstance(component, LanehouseComponent)
+        assert first_launches(defs) == [("consume_workload", "audit")]  # 0: a run each
         keys = defs.resolve_asset_graph().get_all_asset_keys()
         assert AssetKey(["workloads", "audit"]) in keys and AssetKey("landed_reports") in keys
         assert platform_settings().lake == (root / "lake").resolve()
@@ -168,6 +203,7 @@ def test_the_component_from_a_defs_yaml() -> None:
         ({"workloads": "workloads", "dagster_url": "ftp://x"}, "expected an http(s) address"),
         ({"workloads": "workloads", "datasets": ["a b"]}, "is not allowed"),
         ({"workloads": "workloads", "lakes": "typo"}, "lakes"),
+        ({"workloads": "workloads", "host_workloads": -1}, "host_workloads"),
     ],
 )
 def test_a_bad_field_fails_the_load_naming_it(attributes: dict[str, object], said: str) -> None:
