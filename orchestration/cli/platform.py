@@ -82,8 +82,8 @@ def up(
     ] = 20.0,
 ) -> None:
     """Run the platform: embedded brokers, demo producers and Dagster (UI, daemon, the discovery
-    sensor starting a consumer run per workload). Ctrl-C or SIGTERM stops it all, consumer runs
-    first (they drain and commit)."""
+    sensor starting the workloads' runs: host runs, and runs of their own for those that ask).
+    Ctrl-C or SIGTERM stops it all, consumer runs first (they drain and commit)."""
     settings = UpSettings(
         state=default_state_dir(state_dir),
         ui_port=ui_port,

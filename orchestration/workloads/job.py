@@ -1,5 +1,6 @@
-"""The consumer job: one Dagster run per workload (partition key = workload name) that runs the
-engine until the run is terminated.
+"""The consumer job: one Dagster run per workload replica (partition key = workload name) that
+runs the engine until the run is terminated, for a workload with a process of its own (the
+others share host runs: :mod:`orchestration.workloads.host_job`).
 
     launch ─► find the workload's spec in workloads_dir() ─► engine on an asyncio loop in the
            op's thread, one AssetObservation per source topic every ``observe_every_seconds``
