@@ -4,11 +4,10 @@ Every tick (10 s apart by default; ``LANEHOUSE_SENSOR_SECONDS``) it reads the wo
 (:mod:`orchestration.workloads.registry`), registers each valid workload as a ``workloads`` partition, and
 starts, restarts and stops the consumer runs. The decisions are a pure function
 (:func:`orchestration.workloads.decisions.decide`); this module gathers its inputs from the instance
-and applies its outputs. It places every workload that needs no process of its own on
-``consume_host`` runs, ``LANEHOUSE_HOST_WORKLOADS`` (50) to a run, and keeps those
-(:mod:`orchestration.workloads.hosts`); the others get ``replicas`` runs of ``consume_workload``
-(:func:`~orchestration.workloads.placement.own_run_reason`; all of them when the variable is 0).
-A workload stopped with ``stop_workload`` gets no run at all.
+and applies its outputs. Workloads that need no process of their own share ``consume_host`` runs,
+``LANEHOUSE_HOST_WORKLOADS`` (50) to a run (:mod:`orchestration.workloads.hosts`); the others
+get ``replicas`` runs of ``consume_workload`` (all of them when the variable is 0). A workload
+stopped with ``stop_workload`` gets no run at all.
 
 What an operator sees:
 
@@ -221,9 +220,8 @@ def _evaluate(
         partition_requests.append(
             WORKLOAD_PARTITIONS.build_add_request(list(decision.add_partitions))
         )
-    # A removed workload's page goes with it, as the catalog keeps listing an asset with events
-    # after its definition is gone; once its host drained it, as its last report is an event.
-    # Its landed dataset stays: the lake keeps it.
+    # A removed workload's page goes (the catalog lists an asset with events), once its host
+    # drained it, whose last report is an event. Its landed dataset stays: the lake keeps it.
     held = _draining(instance, decision.delete_partitions, live)
     if gone := [name for name in decision.delete_partitions if name not in held]:
         partition_requests.append(WORKLOAD_PARTITIONS.build_delete_request(gone))
