@@ -222,7 +222,9 @@ def _evaluate(
         )
     # A removed workload's page goes (the catalog lists an asset with events), once its host
     # drained it, whose last report is an event. Its landed dataset stays: the lake keeps it.
-    held = _draining(instance, decision.delete_partitions, live)
+    if held := _draining(instance, decision.delete_partitions, live):
+        kept = ", ".join(sorted(held))
+        context.log.info(f"removed, kept in the catalog until their host drained them: {kept}")
     if gone := [name for name in decision.delete_partitions if name not in held]:
         partition_requests.append(WORKLOAD_PARTITIONS.build_delete_request(gone))
         instance.wipe_assets([workload_key(name) for name in gone])

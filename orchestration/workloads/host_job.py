@@ -172,14 +172,16 @@ class Host:
             member.reporter.observe("stopping")
         except Exception as exc:  # a failed report must not keep a removed workload running
             self._context.log.warning(f"host {self.host}: last report of {name} failed: {exc!r}")
-        retired = await self._app.remove(name)
+        try:
+            retired = await self._app.remove(name)
+        finally:  # the sensor holds a removed workload's page until it reads this
+            if reason == "removed":
+                self._status(name, "stopped")
         done = retired.summary.counters["completed"]
         unclean = f"; not clean: {retired.unclean}" if retired.unclean else ""
         self._context.log.info(
             f"host {self.host}: workload {name} stopped ({reason}) after {done} records{unclean}"
         )
-        if reason == "removed":
-            self._status(name, "stopped")
 
     def _failed(self, name: str, member: _Member, now: float) -> None:
         del self.members[name]

@@ -116,11 +116,22 @@ def test_a_removed_hosted_workload_leaves_the_catalog_once_its_host_drained_it(
     platform.tick()
     assert members(platform, "host.0") == {"b"}
     assert platform.partitions() == {"a", "b"}, "removed while its host still runs it"
+    assert "kept in the catalog until their host drained them: a" in platform.log_text()
     write_status(instance, "a", MemberStatus(host="host.0", run_id=host.run_id, state="stopped"))
     platform.now += 10
     platform.tick()
     assert platform.partitions() == {"b"}
     assert "removed from the catalog: a" in platform.log_text()
+
+    # A host run that ends without a word about a removed member holds nothing.
+    (directory / "b.yaml").unlink()
+    platform.now += 10
+    platform.tick()
+    assert platform.partitions() == {"b"}
+    platform.finish(host)
+    platform.now += 10
+    platform.tick()
+    assert platform.partitions() == set()
 
 
 def test_a_crashed_host_restarts_after_backoff_and_a_person_stop_holds(
