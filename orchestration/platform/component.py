@@ -23,6 +23,7 @@ from pydantic import Field, field_validator
 from consumers.config.sections import check_dataset_name
 from orchestration.platform.definitions import lanehouse_definitions
 from orchestration.settings import check_dagster_url
+from orchestration.workloads.placement import check_host_budget
 
 
 class LanehouseComponent(Component, Model, Resolvable):
@@ -47,7 +48,6 @@ class LanehouseComponent(Component, Model, Resolvable):
 
     host_workloads: int | None = Field(
         default=None,
-        ge=0,
         description="Workloads per host run (default: LANEHOUSE_HOST_WORKLOADS, else 50); 0 "
         "gives every workload a run of its own.",
     )
@@ -56,6 +56,11 @@ class LanehouseComponent(Component, Model, Resolvable):
     @classmethod
     def _url(cls, url: str | None) -> str | None:
         return check_dagster_url(url)
+
+    @field_validator("host_workloads")
+    @classmethod
+    def _host_workloads(cls, budget: int | None) -> int | None:
+        return check_host_budget(budget) if budget is not None else None
 
     @field_validator("datasets")
     @classmethod

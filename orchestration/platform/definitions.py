@@ -24,10 +24,11 @@ from dagster import Definitions
 from orchestration import settings
 from orchestration.platform.catalog import landed_assets, topic_assets
 from orchestration.workloads.assets import workload_assets
-from orchestration.workloads.discovery import build_discovery_sensor, workload_discovery_sensor
+from orchestration.workloads.discovery import build_discovery_sensor
 from orchestration.workloads.health import workload_checks
 from orchestration.workloads.host_job import host_job
 from orchestration.workloads.job import consumer_job
+from orchestration.workloads.placement import check_host_budget
 from orchestration.workloads.registry import read_registry
 from orchestration.workloads.reload import definitions_loaded
 from orchestration.workloads.replay_job import dead_letter_replay_schedule, replay_job
@@ -54,8 +55,8 @@ def lanehouse_definitions(
     """
     if workloads is not None and not Path(workloads).expanduser().is_dir():
         raise ValueError(f"workloads directory {workloads} does not exist (or is not a directory)")
-    if host_workloads is not None and host_workloads < 0:
-        raise ValueError(f"host_workloads={host_workloads}: expected 0 (off) or more workloads")
+    if host_workloads is not None:
+        check_host_budget(host_workloads)
     places = settings.configure(workloads=workloads, lake=lake, dagster_url=dagster_url)
     directory = places.workloads
     specs = read_registry(directory).specs() if directory.is_dir() else []
@@ -76,9 +77,7 @@ def lanehouse_definitions(
             start_workload_job,
         ],
         schedules=[dead_letter_replay_schedule],
-        sensors=[
-            workload_discovery_sensor
-            if host_workloads is None
-            else build_discovery_sensor(host_budget=host_workloads)
-        ],
+        # A sensor of its own: its budget is read now, and its memory of the members it wrote
+        # is this platform's alone.
+        sensors=[build_discovery_sensor(host_budget=host_workloads)],
     )

@@ -100,7 +100,6 @@ __all__ = [
     "collect_runs",
     "rewinding",
     "run_info",
-    "workload_discovery_sensor",
 ]
 
 #: Run changes are re-read with this overlap, for writers whose clocks or commits lag.
@@ -395,7 +394,3 @@ def run_info(record: RunRecord) -> RunInfo | None:
         spec_hash=None if reexecuted else tags.get(SPEC_HASH_TAG),
         stop_reason=stop_reason_of(run.run_id, tags),
     )
-
-
-#: The sensor for ``Definitions(sensors=[...])``.
-workload_discovery_sensor = build_discovery_sensor()

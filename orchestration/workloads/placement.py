@@ -25,6 +25,7 @@ from consumers import WorkloadSpec
 __all__ = [
     "DEFAULT_HOST_BUDGET",
     "HOST_BUDGET_ENV",
+    "check_host_budget",
     "host_budget_from_env",
     "host_name",
     "own_run_reason",
@@ -52,6 +53,13 @@ def host_budget_from_env(env: Mapping[str, str] | None = None) -> int:
             f"{HOST_BUDGET_ENV}={raw!r}: expected a whole number of workloads (0: off)"
         )
     return int(raw)
+
+
+def check_host_budget(budget: int) -> int:
+    """``budget`` if it is 0 (off) or more workloads per host run; ``ValueError`` naming it."""
+    if budget < 0:
+        raise ValueError(f"host_workloads={budget}: expected 0 (off) or more workloads per run")
+    return budget
 
 
 def host_name(number: int) -> str:

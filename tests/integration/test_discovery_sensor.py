@@ -37,7 +37,7 @@ from consumers.dev.embedded.tansu import TEST_CLIENT_CONFIG, TansuBroker
 from consumers.scaling.lag import Lag, PartitionLag
 from orchestration.workloads.assets import workload_key
 from orchestration.workloads.decisions import SCALE_DOWN_SETTLE
-from orchestration.workloads.discovery import build_discovery_sensor, workload_discovery_sensor
+from orchestration.workloads.discovery import build_discovery_sensor
 from orchestration.workloads.discovery_model import CRASH_LOOP_TAG, RESTARTS_TAG
 from orchestration.workloads.heartbeat import write_heartbeat
 from orchestration.workloads.host_job import host_job
@@ -72,7 +72,7 @@ def platform(tmp_path: Path) -> Iterator[Platform]:
 
 
 def test_sensor_definition() -> None:
-    sensor = workload_discovery_sensor
+    sensor = build_discovery_sensor()
     assert sensor.name == DISCOVERY_SENSOR_NAME
     assert {job.name for job in sensor.jobs} == {CONSUMER_JOB_NAME, HOST_JOB_NAME}
     assert sensor.minimum_interval_seconds == 10

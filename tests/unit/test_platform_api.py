@@ -113,9 +113,16 @@ def test_places_not_given_come_from_the_environment(
     ],
 )
 def test_host_workloads_sets_how_many_workloads_share_a_host_run(
-    tmp_path: Path, budget: int | None, launched: list[tuple[str, str]]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    budget: int | None,
+    launched: list[tuple[str, str]],
 ) -> None:
     from orchestration.platform import lanehouse_definitions
+
+    monkeypatch.setenv("LANEHOUSE_HOST_WORKLOADS", "two")  # given or not read: never both
+    if budget is None:
+        monkeypatch.delenv("LANEHOUSE_HOST_WORKLOADS")
 
     directory = workloads(tmp_path)
     ledger = {**SPEC, "name": "ledger", "landing": {"dataset": "ledger"}}
