@@ -6,8 +6,9 @@ works the same against ``lanehouse up`` on a laptop and a production instance on
 * the **spec** (:mod:`orchestration.workloads.registry`): valid or not, enabled, source, topics;
 * the **discovery sensor's cursor**: whether a person stopped the workload, recent crashes, the
   restart backoff;
-* the **runs** of the consumer job for the workload's partition, and the engine's metrics as the
-  newest run reported them: the ``AssetObservation`` of the workload's asset (throughput, lag,
+* the **runs** of the consumer job for the workload's partition (for a hosted workload, its host
+  run and the state the host wrote of it), and the engine's metrics as the newest run reported
+  them: the ``AssetObservation`` of the workload's asset (throughput, lag,
   in flight, the oldest unfinished record), with its age. Observations of an older run are not
   shown as current, and a workload no replica runs shows the broker's lag read now
   (:mod:`orchestration.workloads.standstill`), never its last run's rate.
@@ -35,7 +36,7 @@ from orchestration.workloads.discovery_model import (
     WorkloadState,
     policy_from_env,
 )
-from orchestration.workloads.heartbeat import read_heartbeats
+from orchestration.workloads.heartbeat import Heartbeat, read_heartbeats
 from orchestration.workloads.host_store import MemberStatus, read_statuses, read_stopped
 from orchestration.workloads.names import (
     CONSUMER_JOB_NAME,
@@ -151,8 +152,7 @@ def collect_statuses(
     for name in names:
         runs = _runs(instance, name, history)
         current = _current(runs)
-        beat = beats.get(current.run_id) if current is not None else None
-        age = max(now.timestamp() - beat.at, 0.0) if beat is not None and beat.at else None
+        age = _age(beats.get(current.run_id) if current is not None else None, now)
         scale = cursor.scale.get(name) if cursor is not None else None
         context = _Context(registry, invalid, states.get(name), now, policy, age, scale)
         status = _status(instance, name, runs, context)
@@ -183,8 +183,7 @@ def _hosted(
     record = instance.get_run_record_by_id(member.run_id) if member.run_id else None
     host_run = record.dagster_run if record is not None else None
     if record is not None:
-        beat = read_heartbeats(instance, [member.host]).get(member.run_id)
-        age = max(now.timestamp() - beat.at, 0.0) if beat is not None and beat.at else None
+        age = _age(read_heartbeats(instance, [member.host]).get(member.run_id), now)
         status = status.model_copy(update={"run": _summary(record), "heartbeat_age": age})
     if member.state != "stopped" and (host_run is None or host_run.is_finished):
         # Its host ended (a person's terminate, a crash) without writing its state again.
@@ -265,6 +264,11 @@ def _summary(record: RunRecord) -> RunSummary:
         stop_reason=stop_reason_of(run.run_id, tags),
         by_sensor=GENERATION_TAG in tags and PARENT_RUN_TAG not in tags,
     )
+
+
+def _age(beat: Heartbeat | None, now: datetime) -> float | None:
+    """Seconds since the beat by its writer's clock, if it beat."""
+    return max(now.timestamp() - beat.at, 0.0) if beat is not None and beat.at else None
 
 
 def _aware(moment: datetime) -> datetime:
