@@ -47,10 +47,12 @@ def instance() -> Iterator[DagsterInstance]:
         yield test_instance
 
 
-def add_consumer_run(instance: DagsterInstance, tags: dict[str, str] | None = None) -> DagsterRun:
+def add_consumer_run(
+    instance: DagsterInstance, tags: dict[str, str] | None = None, job_name: str = CONSUMER_JOB
+) -> DagsterRun:
     """A consumer run as the discovery sensor's RunRequest makes it, loaded from the code server."""
     origin = JobPythonOrigin(
-        CONSUMER_JOB,
+        job_name,
         RepositoryPythonOrigin(
             executable_path="/usr/local/bin/python",
             code_pointer=ModuleCodePointer("orchestration.definitions", "defs", "/opt/lanehouse"),
@@ -60,7 +62,7 @@ def add_consumer_run(instance: DagsterInstance, tags: dict[str, str] | None = No
         ),
     )
     run = DagsterRun(
-        job_name=CONSUMER_JOB,
+        job_name=job_name,
         run_id=make_new_run_id(),
         tags=tags or {},
         job_code_origin=origin,
@@ -198,6 +200,7 @@ def launched_job(
     instance: DagsterInstance,
     monkeypatch: pytest.MonkeyPatch,
     tags: dict[str, str] | None = None,
+    job_name: str = CONSUMER_JOB,
 ) -> Any:
     """The Kubernetes Job (kubernetes.client.V1Job) the launcher creates for a consumer run."""
     created: list[Any] = []
@@ -206,11 +209,20 @@ def launched_job(
         "create_namespaced_job_with_retries",
         lambda body, namespace: created.append((body, namespace)),
     )
-    run = add_consumer_run(instance, tags)
+    run = add_consumer_run(instance, tags, job_name)
     launcher.launch_run(LaunchRunContext(dagster_run=run, workspace=None))
     ((job, namespace),) = created
     assert namespace == "lanehouse"
     return job
+
+
+def selects(selector: Any, labels: dict[str, str]) -> bool:
+    """A Kubernetes label selector (``matchLabels``, ``matchExpressions`` with ``In``) on labels."""
+    expressions = selector.match_expressions or []
+    assert {e.operator for e in expressions} <= {"In"}
+    return (selector.match_labels or {}).items() <= labels.items() and all(
+        labels.get(e.key) in e.values for e in expressions
+    )
 
 
 def test_a_consumer_run_is_a_job_that_drains_spreads_and_reads_the_platform_config(
@@ -222,9 +234,13 @@ def test_a_consumer_run_is_a_job_that_drains_spreads_and_reads_the_platform_conf
     (spread,) = pod.topology_spread_constraints
     assert spread.topology_key == "kubernetes.io/hostname"
     assert spread.when_unsatisfiable == "ScheduleAnyway"
-    # The constraint selects consumer run pods: the label is really on them.
-    selected = spread.label_selector.match_labels
-    assert selected.items() <= job.spec.template.metadata.labels.items()
+    # The constraint selects the pods of runs of one workload and of host runs (their label is
+    # really on them), and not a Spark run's.
+    labels = job.spec.template.metadata.labels
+    assert selects(spread.label_selector, labels)
+    host = launched_job(k8s_launcher, instance, monkeypatch, job_name="consume_host")
+    assert selects(spread.label_selector, host.spec.template.metadata.labels)
+    assert not selects(spread.label_selector, {**labels, "dagster/job": "spark_daily"})
     assert {volume.name for volume in pod.volumes} == {"workloads", "platform-config", "lake"}
     assert pod.volumes[2].persistent_volume_claim.claim_name == "lanehouse-lake"
 
