@@ -34,7 +34,7 @@ __all__ = [
 
 #: Workloads per host run; 0 gives every workload a run of its own.
 HOST_BUDGET_ENV: Final = "LANEHOUSE_HOST_WORKLOADS"
-#: Workloads per host run: 50 idle ones take about 300 MB and 0.1 core in one run, where 50 runs
+#: Workloads per host run: 50 idle ones take about 235 MB and 0.1 core in one run, where 50 runs
 #: of their own take 12.5 GB (docs/benchmarks.md); a crash of the process restarts 50 at most.
 DEFAULT_HOST_BUDGET: Final = 50
 #: ``host.<n>``: a '.' no workload name has, so a host's heartbeat, run keys and members never
