@@ -143,10 +143,13 @@ def collect_statuses(
     remembered = {unit_workload(unit)[0] for unit in states}
     everyone = sorted(registry.workloads.keys() | invalid.keys() | remembered)
     names = [name for name in everyone if wanted is None or name in wanted]
-    beats = read_heartbeats(instance, states.keys() | set(names))
     placement = cursor.placement if cursor is not None else {}
     hosted: dict[str, MemberStatus | None] = dict.fromkeys(placement)
     hosted.update(read_statuses(instance, placement))
+    hosts = {m.run_id: m.host for m in hosted.values() if m is not None and m.run_id}
+    beats = read_heartbeats(instance, states.keys() | set(names) | set(hosts.values()))
+    # Each host run read once, not once for each of its workloads.
+    host_runs = {r: (instance.get_run_record_by_id(r), _age(beats.get(r), now)) for r in hosts}
     stopped = read_stopped(instance, names)
     statuses = []
     for name in names:
@@ -159,7 +162,8 @@ def collect_statuses(
         if name in stopped or name in hosted:
             entry = registry.workloads.get(name)
             spec = entry.spec if entry is not None else None
-            status = _hosted(instance, status, spec, name in stopped, hosted.get(name), now)
+            member = hosted.get(name)
+            status = _hosted(instance, status, spec, name in stopped, member, host_runs, now)
         statuses.append(status)
     return _with_broker_lag(statuses, registry, now, measure)
 
@@ -170,20 +174,20 @@ def _hosted(
     spec: WorkloadSpec | None,
     stopped: bool,
     member: MemberStatus | None,
+    host_runs: Mapping[str, tuple[RunRecord | None, float | None]],
     now: datetime,
 ) -> WorkloadStatus:
     """A workload stopped with ``stop_workload``, or one in a host run: its phase, run,
     heartbeat and figures are its host run's and come from the host's report of it, not from
-    runs of its own."""
+    runs of its own. ``host_runs``: each host run's record and heartbeat age, by run id."""
     if stopped:
         note = f"stopped by a person with {STOP_JOB_NAME}: launch {START_JOB_NAME} to resume"
         return status.model_copy(update={"phase": "stopped", "note": note})
     if member is None:
         return status.model_copy(update={"phase": "starting", "note": "placed on a host run"})
-    record = instance.get_run_record_by_id(member.run_id) if member.run_id else None
+    record, age = host_runs.get(member.run_id, (None, None))
     host_run = record.dagster_run if record is not None else None
     if record is not None:
-        age = _age(read_heartbeats(instance, [member.host]).get(member.run_id), now)
         status = status.model_copy(update={"run": _summary(record), "heartbeat_age": age})
     if member.state != "stopped" and (host_run is None or host_run.is_finished):
         # Its host ended (a person's terminate, a crash) without writing its state again.
