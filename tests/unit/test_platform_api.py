@@ -120,7 +120,8 @@ def test_host_workloads_sets_how_many_workloads_share_a_host_run(
 ) -> None:
     from orchestration.platform import lanehouse_definitions
 
-    monkeypatch.setenv("LANEHOUSE_HOST_WORKLOADS", "two")  # given or not read: never both
+    # A malformed variable: a budget given must win without reading it.
+    monkeypatch.setenv("LANEHOUSE_HOST_WORKLOADS", "two")
     if budget is None:
         monkeypatch.delenv("LANEHOUSE_HOST_WORKLOADS")
 
